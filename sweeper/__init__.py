@@ -1,0 +1,3 @@
+"""sweeper: find the fastest speculative-decoding configuration for an SGLang server."""
+
+__version__ = "0.1.0"

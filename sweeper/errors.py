@@ -1,0 +1,86 @@
+"""Error types the caller can catch.
+
+Two families matter to the sweep loop, because they need opposite treatment
+(shared/DESIGN.md, "A trial's life"):
+
+* ``ConfigurationFailure``: the configuration's fault (OOM, bad flags, crash, NCCL
+  error, hang, start-up deadline). The trial is PRUNED with a constraint so the
+  sampler learns to avoid that region.
+* ``InfrastructureError``: the infrastructure's fault (SSH dropped, host unreachable,
+  port held by a stranger, benchmark transport error). The trial FAILs and the same
+  parameters are retried.
+
+``InputError`` is bad user input: one line naming file/key/host, exit code 2, and
+nothing is written or started.
+"""
+
+from __future__ import annotations
+
+
+class SweeperError(Exception):
+    """Base of every error sweeper raises on purpose."""
+
+
+class InputError(SweeperError):
+    """Bad user input (study file, flag, storage URL, host). Exit code 2."""
+
+
+class StudyError(InputError):
+    """A study file is invalid. The message names the file and the key."""
+
+
+class PreflightError(InputError):
+    """The host or its SGLang cannot run this study (missing flag, no launcher...)."""
+
+
+class HostKeyUnknown(InputError):
+    """The SSH host key is not in known_hosts; the message says how to trust it."""
+
+
+# --- the configuration's fault -------------------------------------------------
+
+CONFIG_FAILURE_KINDS = ("oom", "invalid_args", "nccl", "crash", "hang", "startup_timeout")
+
+
+class ConfigurationFailure(SweeperError):
+    """The server could not run this configuration. ``kind`` is one of CONFIG_FAILURE_KINDS."""
+
+    def __init__(self, kind: str, message: str, log_tail: str = "") -> None:
+        if kind not in CONFIG_FAILURE_KINDS:
+            raise ValueError(f"unknown configuration failure kind {kind!r}")
+        super().__init__(message)
+        self.kind = kind
+        self.log_tail = log_tail
+
+
+# --- the infrastructure's fault ------------------------------------------------
+
+INFRA_FAILURE_KINDS = ("ssh_lost", "host_unreachable", "port_busy", "bench_transport", "interrupted")
+
+
+class InfrastructureError(SweeperError):
+    """Not the configuration's fault: retry the same parameters."""
+
+    kind = "infrastructure"
+
+
+class HostUnreachable(InfrastructureError):
+    kind = "host_unreachable"
+
+
+class ConnectionLost(InfrastructureError):
+    kind = "ssh_lost"
+
+
+class PortBusy(InfrastructureError):
+    kind = "port_busy"
+
+
+class BenchmarkTransportError(InfrastructureError):
+    kind = "bench_transport"
+
+
+class CommandTimeout(InfrastructureError):
+    """A host command did not finish within its timeout."""
+
+    kind = "host_unreachable"
