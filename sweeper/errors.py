@@ -55,7 +55,8 @@ class ConfigurationFailure(SweeperError):
 
 # --- the infrastructure's fault ------------------------------------------------
 
-INFRA_FAILURE_KINDS = ("ssh_lost", "host_unreachable", "port_busy", "bench_transport", "interrupted")
+INFRA_FAILURE_KINDS = (
+    "ssh_lost", "host_unreachable", "port_busy", "bench_transport", "interrupted")
 
 
 class InfrastructureError(SweeperError):

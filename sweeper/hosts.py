@@ -24,7 +24,8 @@ from .errors import CommandTimeout
 
 # The detached wrapper: runs argv, then records its exit code in a file. A killed
 # process can linger as a zombie that `kill -0` still sees; the exit-code file is the
-# reliable "it has ended" signal (shared/STACK.md). Usage: bash -c WRAPPER sweeper-wrap EXIT_PATH ARGV...
+# reliable "it has ended" signal (shared/STACK.md).
+# Usage: bash -c WRAPPER sweeper-wrap EXIT_PATH ARGV...
 DETACH_WRAPPER = 'exit_path="$1"; shift; "$@"; echo $? > "$exit_path"'
 
 
@@ -77,7 +78,8 @@ class Host(ABC):
         """Create a directory (``~`` expanded on the host); returns the absolute path."""
 
     @abstractmethod
-    def forward(self, port: int, bind_host: str = "127.0.0.1") -> contextlib.AbstractContextManager[str]:
+    def forward(self, port: int,
+                bind_host: str = "127.0.0.1") -> contextlib.AbstractContextManager[str]:
         """Context manager yielding a base URL (``http://127.0.0.1:P``) from which this
         machine reaches ``bind_host:port`` on the host (an SSH tunnel for remote hosts)."""
 
@@ -112,7 +114,8 @@ class LocalHost(Host):
             proc = subprocess.run(list(argv), capture_output=True, timeout=timeout,
                                   env=full_env, stdin=subprocess.DEVNULL, check=False)
         except subprocess.TimeoutExpired as exc:
-            raise CommandTimeout(f"local: {shlex.join(argv)} did not finish in {timeout:.0f}s") from exc
+            raise CommandTimeout(
+                f"local: {shlex.join(argv)} did not finish in {timeout:.0f}s") from exc
         except FileNotFoundError as exc:
             return CommandResult(127, "", str(exc))
         return CommandResult(proc.returncode, proc.stdout.decode(errors="replace"),
@@ -177,7 +180,8 @@ class LocalHost(Host):
     def port_free(self, port: int, bind_host: str = "127.0.0.1") -> bool:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.settimeout(1.0)
-            return sock.connect_ex((bind_host if bind_host != "0.0.0.0" else "127.0.0.1", port)) != 0
+            target = "127.0.0.1" if bind_host in ("0.0.0.0", "") else bind_host
+            return sock.connect_ex((target, port)) != 0
 
     def makedirs(self, path: str) -> str:
         full = Path(os.path.expanduser(path)).resolve()

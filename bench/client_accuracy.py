@@ -1,0 +1,197 @@
+"""How accurate is the benchmark client? Measured tok/s against the simulator's ground truth.
+
+For 20 configurations of the simulated SGLang server with its noise switched off, start the
+simulator, benchmark it with ``sweeper.bench.run_benchmark`` exactly as a sweep trial would,
+and compare the measured mean tok/s with ``sweeper.sim.expected_throughput`` (the profile's
+noise-free value for the same 500-token stream). Prints per configuration and in summary:
+the error in percent (worst and median; the target is within 1%), the accept length measured
+against the expected one, and the client's own CPU time per request (the client must stay
+cheap, or at high concurrency it would measure itself).
+
+The simulator is a test double, never a measurement of real hardware: these figures say how
+faithfully the *client* measures a server whose true speed is known.
+
+    .venv/bin/python bench/client_accuracy.py            # demo profile, chat API
+    .venv/bin/python bench/client_accuracy.py --api generate --runs 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from sweeper.bench import BenchSpec, run_benchmark
+from sweeper.sim import expected_throughput, load_profile
+
+EAGLE = {"speculative-algorithm": "EAGLE3", "speculative-draft-model-path": "sim/draft"}
+
+
+def _spec(steps: int, topk: int, draft: int, **extra: Any) -> dict[str, Any]:
+    return {
+        **EAGLE,
+        "speculative-num-steps": steps,
+        "speculative-eagle-topk": topk,
+        "speculative-num-draft-tokens": draft,
+        **extra,
+    }
+
+
+# (label, SGLang flags, environment): chains, trees, draft TP, NCCL settings, eager mode.
+CANDIDATES: list[tuple[str, dict[str, Any], dict[str, str]]] = [
+    ("baseline", {}, {}),
+    *[(f"chain {s}", _spec(s, 1, s + 1), {}) for s in range(1, 7)],
+    ("tree 2x2/4", _spec(2, 2, 4), {}),
+    ("tree 3x2/6", _spec(3, 2, 6), {}),
+    ("tree 4x2/8", _spec(4, 2, 8), {}),
+    ("tree 2x4/6", _spec(2, 4, 6), {}),
+    ("tree 3x4/8", _spec(3, 4, 8), {}),
+    ("chain 3, draft TP1", _spec(3, 1, 4, **{"speculative-draft-tp-size": 1}), {}),
+    ("chain 2, draft TP2", _spec(2, 1, 3, **{"speculative-draft-tp-size": 2}), {}),
+    ("chain 3, NCCL LL", _spec(3, 1, 4), {"NCCL_PROTO": "LL"}),
+    ("chain 3, Ring/Simple", _spec(3, 1, 4), {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"}),
+    ("chain 3, 8 channels", _spec(3, 1, 4), {"NCCL_MIN_NCHANNELS": "8"}),
+    ("chain 4, no custom AR", _spec(4, 1, 5, **{"disable-custom-all-reduce": True}), {}),
+    ("chain 2, triton", _spec(2, 1, 3, **{"attention-backend": "triton"}), {}),
+    ("chain 3, eager", _spec(3, 1, 4, **{"disable-cuda-graph": True}), {}),
+    ("baseline, eager", {"disable-cuda-graph": True}, {}),
+    ("chain 5, no overlap", _spec(5, 1, 6, **{"disable-overlap-schedule": True}), {}),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def flag_tokens(args: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    for key, value in args.items():
+        if value is True:
+            out.append(f"--{key}")
+        elif value not in (None, False):
+            out += [f"--{key}", str(value)]
+    return out
+
+
+class SimServer:
+    """One simulator process in its own process group; stopped by group, never by name."""
+
+    def __init__(self, profile: str, args: dict[str, Any], env: dict[str, str], log: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        cmd = [
+            sys.executable, "-m", "sweeper.sim", "--model-path", "sim/model",
+            "--port", str(self.port), "--sim-profile", profile, "--sim-seed", "1",
+            "--sim-noise", "0", "--sim-startup-seconds", "0.5", *flag_tokens(args),
+        ]  # fmt: skip
+        with open(log, "wb") as fh:
+            self.proc = subprocess.Popen(
+                cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **env},
+                start_new_session=True,
+            )  # fmt: skip
+
+    def wait_healthy(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"simulator exited: {self.log.read_text()[-800:]}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=1.0).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"simulator not healthy after {timeout:g}s")
+
+    def check(self) -> None:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"simulator died (exit {self.proc.returncode})")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--profile", default="demo")
+    ap.add_argument("--api", choices=["chat", "generate"], default="chat")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--configs", type=int, default=20)
+    ap.add_argument(
+        "--max-tokens",
+        type=int,
+        default=500,
+        help="the profile's expected tok/s "
+        "is for 500-token streams; other values measure a different quantity",
+    )
+    opts = ap.parse_args()
+
+    profile = load_profile(opts.profile)
+    chosen = []
+    for label, args, env in CANDIDATES:
+        exp = expected_throughput(profile, args, env, concurrency=1)
+        if exp.failure is None and exp.tok_s:
+            chosen.append((label, args, env, exp))
+    chosen = chosen[: opts.configs]
+    spec = BenchSpec(api=opts.api, max_tokens=opts.max_tokens, runs=opts.runs, warmup=1,
+                     model="default")  # fmt: skip
+    print(f"profile {opts.profile} (simulated), api {opts.api}, {opts.max_tokens} tokens, "
+          f"1 warm-up + {opts.runs} runs, {len(chosen)} configurations, noise 0")  # fmt: skip
+    head = f"{'configuration':24} {'expected':>9} {'measured':>9} {'error %':>8} "
+    print(head + f"{'acc exp':>7} {'acc meas':>8} {'cpu ms/req':>10}")
+    errors: list[float] = []
+    cpu_ms: list[float] = []
+    proc_cpu_ms: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="client-accuracy-") as tmp:
+        for i, (label, args, env, exp) in enumerate(chosen):
+            server = SimServer(opts.profile, args, env, Path(tmp) / f"sim{i}.log")
+            try:
+                server.wait_healthy()
+                t_cpu = time.process_time()
+                res = run_benchmark(server.url, spec, check_server=server.check)
+                n_req = sum(len(r.requests) for r in res.runs + res.warmup_runs)
+                proc_cpu_ms.append((time.process_time() - t_cpu) / n_req * 1000)
+            finally:
+                server.stop()
+            err = (res.stats.mean - exp.tok_s) / exp.tok_s * 100
+            errors.append(err)
+            req_cpu = [r.client_cpu_s for run in res.runs for r in run.requests]
+            cpu_ms.append(statistics.fmean(req_cpu) * 1000)
+            acc_e = "-" if exp.accept_length is None else f"{exp.accept_length:.2f}"
+            acc_m = "-" if res.accept_length is None else f"{res.accept_length:.2f}"
+            print(f"{label:24} {exp.tok_s:9.2f} {res.stats.mean:9.2f} {err:+8.2f} "
+                  f"{acc_e:>7} {acc_m:>8} {cpu_ms[-1]:10.2f}", flush=True)  # fmt: skip
+    abs_err = [abs(e) for e in errors]
+    worst = max(abs_err)
+    print()
+    print(f"tok/s error vs expected: worst {worst:.2f}%, median {statistics.median(abs_err):.2f}%,"
+          f" mean signed {statistics.fmean(errors):+.2f}% (target: within 1%)")  # fmt: skip
+    print(
+        f"client CPU per request: {statistics.fmean(cpu_ms):.2f} ms in the request thread, "
+        f"{statistics.fmean(proc_cpu_ms):.2f} ms for the whole process "
+        f"({opts.max_tokens} tokens/request)"
+    )
+    return 0 if worst <= 1.0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,158 @@
+"""The confirm phase: re-measure the top configurations and the baseline, interleaved.
+
+A sweep picks its leader on measurements that were selected *because* they were high
+(the winner's curse): with ~14% run-to-run spread chasing ~5% gains, one lucky run can
+top the table. The confirm phase measures the top K configurations and the baseline
+again, in rounds (A B C, then C A B, ...) so that drift over time hits all of them
+alike, and decides on the fresh runs alone. The outputs at temperature 0 are compared
+with the baseline's on the same prompts: speculative decoding must be lossless.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState, create_trial
+
+from . import results as R
+from .bench import BenchResult, compare_outputs
+from .launch import LaunchConfig
+from .stats import Ratio, Stats, speedup, summarize
+from .sweep import Sweep
+
+
+@dataclass
+class Candidate:
+    result: R.ConfigResult
+    config: LaunchConfig
+    params: dict[str, Any]
+    distributions: dict[str, optuna.distributions.BaseDistribution]
+    runs: list[float] = field(default_factory=list)
+    texts: dict[int, str] = field(default_factory=dict)  # prompt index -> output
+
+    @property
+    def stats(self) -> Stats:
+        return summarize(self.runs)
+
+
+@dataclass
+class ConfirmOutcome:
+    candidates: list[Candidate]
+    baseline: Candidate | None
+    winner: Candidate
+    speedups: dict[str, Ratio | None]
+    lossless_mismatches: dict[str, list[int]]
+
+
+def _texts(result: BenchResult) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for run in result.runs:
+        for req in run.requests:
+            if req.ok and req.prompt_index not in out:
+                out[req.prompt_index] = req.text
+    return out
+
+
+def run_confirm(sweep: Sweep, top: int, runs: int, rounds: int = 2) -> ConfirmOutcome:
+    """Measure the top ``top`` configurations and the baseline ``runs`` times each,
+    spread over ``rounds`` interleaved visits; record the verdict in the study."""
+    study = sweep.study
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    results = R.config_results(list(trials.values()))
+    base_res = R.baseline_result(results)
+    ranked = [r for r in R.ranked(results, sweep.bench_spec.objective) if not r.is_baseline]
+    chosen = ranked[:top] + ([base_res] if base_res else [])
+    if not ranked:
+        raise ValueError("nothing to confirm: no speculative configuration has completed")
+    cands: list[Candidate] = []
+    for res in chosen:
+        first = trials[res.trials[0]]
+        config = sweep.space.baseline_config() if res.is_baseline else \
+            sweep.space.launch_config(sweep.space.effective(first.params))
+        cands.append(Candidate(res, config, dict(first.params), dict(first.distributions)))
+    per_visit = max(1, math.ceil(runs / max(1, rounds)))
+    bench = replace(sweep.bench_spec, runs=per_visit)
+    for rnd in range(max(1, rounds)):
+        # rotate the order each round so no configuration always goes first
+        order = cands[rnd % len(cands):] + cands[:rnd % len(cands)]
+        for cand in order:
+            label = R.short_params(cand.result.effective)
+            sweep.report.phase(f"confirm round {rnd + 1}/{rounds}: {label}")
+            result, startup_s, _ = sweep.measure(cand.config, f"confirm-{cand.result.config_id}"
+                                                 f"-{rnd}", bench_spec=bench)
+            ok_runs = [r.tok_s for r in result.runs if r.ok]
+            cand.runs.extend(ok_runs)
+            for idx, text in _texts(result).items():
+                cand.texts.setdefault(idx, text)
+            _record(study, cand, result, ok_runs, startup_s)
+            sweep.report.line(f"confirm {rnd + 1}/{rounds}: {label}: "
+                              f"{summarize(ok_runs).mean:.1f} tok/s")
+    sweep._stop_current(best_effort=True)
+    base = next((c for c in cands if c.result.is_baseline), None)
+    contenders = [c for c in cands if not c.result.is_baseline]
+    winner = max(contenders, key=lambda c: c.stats.mean)
+    if base is not None and base.stats.mean > winner.stats.mean:
+        winner = base  # nothing beat "no speculation": export that, honestly
+    speedups = {c.result.config_id: (speedup(c.runs, base.runs) if base and c is not base
+                                     else None) for c in cands}
+    mismatches: dict[str, list[int]] = {}
+    if base is not None:
+        keys = sorted(base.texts)
+        for c in contenders:
+            common = [k for k in keys if k in c.texts]
+            diff = compare_outputs([base.texts[k] for k in common], [c.texts[k] for k in common])
+            mismatches[c.result.config_id] = [common[i] for i in diff]
+    study.set_user_attr(R.CONFIRMED_ATTR, {
+        "winner": winner.result.config_id,
+        "runs_per_config": runs, "rounds": rounds,
+        "results": [{"config_id": c.result.config_id, "effective": c.result.effective,
+                     "baseline": c.result.is_baseline, "runs": c.runs,
+                     "mean": c.stats.mean, "ci95": [c.stats.ci_low, c.stats.ci_high],
+                     "speedup": _ratio_dict(speedups.get(c.result.config_id)),
+                     "lossless_mismatches": mismatches.get(c.result.config_id, [])}
+                    for c in cands],
+    })
+    return ConfirmOutcome(cands, base, winner, speedups, mismatches)
+
+
+def _ratio_dict(r: Ratio | None) -> dict[str, float] | None:
+    return None if r is None else {"ratio": r.ratio, "low": r.low, "high": r.high}
+
+
+def _record(study: optuna.Study, cand: Candidate, result: BenchResult, runs: list[float],
+            startup_s: float) -> None:
+    """Keep every confirm measurement as a finished trial (role "confirm"): nothing
+    measured is lost, and the dashboard shows it."""
+    if not runs:
+        return
+    attrs = {R.A_ROLE: "confirm" if not cand.result.is_baseline else R.BASELINE,
+             R.A_CONFIG_ID: cand.result.config_id, R.A_EFFECTIVE: cand.result.effective,
+             R.A_RUNS: runs, R.A_ACCEPT: result.accept_length, R.A_STARTUP: round(startup_s, 2),
+             R.A_LAUNCH: cand.result.launch, "confirm": True}
+    study.add_trial(create_trial(params=cand.params, distributions=cand.distributions,
+                                 value=result.value, user_attrs=attrs,
+                                 state=TrialState.COMPLETE))
+
+
+def print_confirm(console: Any, outcome: ConfirmOutcome) -> None:
+    """The verdict: each configuration's fresh runs, interval and speedup."""
+    from rich.table import Table
+
+    table = Table(title="confirm phase (fresh, interleaved runs only)", title_justify="left")
+    for col in ("configuration", "runs", "tok/s (95% CI)", "vs baseline", "lossless"):
+        table.add_column(col)
+    for c in sorted(outcome.candidates, key=lambda c: c.stats.mean, reverse=True):
+        mism = outcome.lossless_mismatches.get(c.result.config_id)
+        lossless = "-" if c.result.is_baseline else (
+            "same outputs" if not mism else f"[red]differs on prompts {mism}[/]")
+        mark = " ◀ winner" if c is outcome.winner else ""
+        table.add_row(R.short_params(c.result.effective) + mark, str(c.stats.n),
+                      R.fmt_tok_s(c.stats), R.fmt_ratio(outcome.speedups.get(c.result.config_id)),
+                      lossless)
+    console.print(table)
+    if any(outcome.lossless_mismatches.values()):
+        console.print("[red]warning: some configurations changed temperature-0 outputs; "
+                      "speculative decoding should be lossless — check the draft model[/]")

@@ -1,0 +1,58 @@
+"""Export the best configuration as SGLang's launch YAML (+ an env file beside it)."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from . import results as R
+from .errors import InputError
+from .storage import load_existing
+
+if TYPE_CHECKING:
+    from .study import StudySpec
+
+
+@dataclass
+class Exported:
+    yaml_path: Path
+    env_path: Path | None
+    lines: list[str] = field(default_factory=list)
+
+
+def export_best(spec: StudySpec, storage_url: str, output: Path) -> Exported:
+    """Write ``output`` (flags, SGLang's --config format) and ``output.env`` (the
+    environment, which SGLang's YAML cannot hold). Secrets stay redacted."""
+    from .space import SearchSpace
+
+    study = load_existing(storage_url, spec.name, str(spec.path))
+    trials = study.get_trials(deepcopy=False)
+    best = R.best_result(study, spec.benchmark.objective, trials)
+    if best is None:
+        raise InputError(f"{spec.path}: study {spec.name!r} has no measured configuration "
+                         "yet; run `sweeper optimize` first")
+    space = SearchSpace(spec)
+    first = next(t for t in trials if t.number == best.trials[0])
+    config = space.baseline_config() if best.is_baseline else \
+        space.launch_config(space.effective(first.params))
+    output.parent.mkdir(parents=True, exist_ok=True)
+    header = (f"# sweeper export of study {spec.name!r}: {R.short_params(best.effective)}\n"
+              f"# {best.stats.mean:.1f} tok/s over {best.stats.n} runs (trials "
+              f"{', '.join(map(str, best.trials))})\n")
+    if study.user_attrs.get(R.SIMULATED_ATTR):
+        header += "# measured on the SIMULATED SGLang server (a test double), not real hardware\n"
+    output.write_text(header + config.sglang_yaml())
+    env_path = None
+    if config.env:
+        env_path = output.with_suffix(".env")
+        env_path.write_text(config.env_file(redact=True))
+    launcher = " ".join(config.launcher_argv(spec.hosts[0].python or "python3"))
+    cmd = f"{launcher} --config {shlex.quote(str(output))}"
+    if env_path is not None:
+        cmd = f"(set -a; . {shlex.quote(str(env_path))}; set +a; {cmd})"
+    lines = [f"wrote {output}" + (f" and {env_path}" if env_path else ""),
+             f"best: {R.short_params(best.effective)} — {best.stats.mean:.1f} tok/s",
+             f"launch: {cmd}"]
+    return Exported(output, env_path, lines)

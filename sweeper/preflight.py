@@ -1,0 +1,126 @@
+"""Preflight: before the first (minutes-long) restart, check the host can run the study.
+
+Flags move between SGLang versions (shared/SGLANG.md), so the truth is the installed
+launcher's own ``--help`` on the host, not a list kept here.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+from .errors import CommandTimeout, PortBusy, PreflightError
+from .hosts import Host
+
+# Every long option argparse prints, e.g. "--tp-size TP_SIZE, --tp TP".
+_FLAG = re.compile(r"(?<![\w-])--([A-Za-z0-9][A-Za-z0-9_-]*)")
+
+
+@dataclass(frozen=True)
+class PreflightReport:
+    """What preflight found; stored with the study run for the record."""
+
+    host: str
+    launcher: str
+    help_flags: frozenset[str]  # every --name in the help text, without dashes
+    gpu_count: int | None  # None: no nvidia-smi on the host (fine for the simulator)
+    port: int
+    port_held_by_own_server: bool
+
+
+def help_flags(help_text: str) -> frozenset[str]:
+    """Long option names (without ``--``) that an argparse help text lists."""
+    return frozenset(_FLAG.findall(help_text))
+
+
+def preflight(
+    host: Host,
+    launcher_argv: list[str],
+    flags: Collection[str] | Mapping[str, str],
+    port: int,
+    bind_host: str,
+    *,
+    owned_pgids: Collection[int] = frozenset(),
+    help_timeout: float = 180.0,
+) -> PreflightReport:
+    """Check, in order: the host answers; ``launcher --help`` runs; every flag the study can
+    emit (dashed names without ``--``; a mapping flag -> study parameter names the
+    parameter in the message) is in that help; GPUs are visible if nvidia-smi exists; the
+    port is free or held by a server this sweeper started (a group in ``owned_pgids``).
+
+    Raises PreflightError (the user's to fix), PortBusy, or an InfrastructureError from the
+    host itself (unreachable, connection lost).
+    """
+    host.check_alive()
+    command = shlex.join([*launcher_argv, "--help"])
+    # SGLang imports torch before printing help: tens of seconds on a cold node.
+    try:
+        result = host.run([*launcher_argv, "--help"], timeout=help_timeout)
+    except CommandTimeout as exc:
+        raise PreflightError(
+            f"host {host.name}: `{command}` did not finish in {help_timeout:.0f}s"
+        ) from exc
+    if result.exit_code != 0:
+        detail = (result.stderr.strip() or result.stdout.strip())[-400:]
+        raise PreflightError(
+            f"host {host.name}: `{command}` failed with exit code {result.exit_code}"
+            + (f": {detail}" if detail else "")
+            + "; check the study's server.launcher and python"
+        )
+    available = help_flags(result.stdout + "\n" + result.stderr)
+
+    wanted = flags if isinstance(flags, Mapping) else {f: f for f in flags}
+    missing = sorted(f.removeprefix("--") for f in wanted if f.removeprefix("--") not in available)
+    if missing:
+        parts = []
+        for flag in missing:
+            param = wanted.get(flag, wanted.get(f"--{flag}", flag))
+            who = f"parameter {param!r} needs --{flag}" if param != flag else f"--{flag}"
+            parts.append(who)
+        raise PreflightError(
+            f"host {host.name}: this SGLang build has no {', '.join('--' + f for f in missing)} "
+            f"({'; '.join(parts)}); remove it from the study's space or args, or use a build "
+            f"that has it (checked with `{command}`)"
+        )
+
+    gpu_count = _gpu_count(host)
+
+    owned = False
+    if not host.port_free(port, bind_host):
+        # We cannot tie a socket to a process group without root tools on every host, so
+        # "ours" means: one of the sweeper's recorded server groups is still alive. The
+        # sweep stops that group (and waits for the port) before the next start anyway.
+        owned = any(host.group_alive(pgid) for pgid in owned_pgids)
+        if not owned:
+            raise PortBusy(
+                f"host {host.name}: port {port} on {bind_host} is in use by a process this "
+                f"sweeper did not start; stop it or set server.port to a free port"
+            )
+    return PreflightReport(
+        host=host.name,
+        launcher=shlex.join(launcher_argv),
+        help_flags=available,
+        gpu_count=gpu_count,
+        port=port,
+        port_held_by_own_server=owned,
+    )
+
+
+def _gpu_count(host: Host) -> int | None:
+    try:
+        result = host.run(["nvidia-smi", "-L"], timeout=60)
+    except CommandTimeout as exc:
+        raise PreflightError(
+            f"host {host.name}: `nvidia-smi -L` hung for 60s (driver problem?)"
+        ) from exc
+    if result.exit_code == 127:  # command not found: a CPU host or the simulator
+        return None
+    gpus = [line for line in result.stdout.splitlines() if line.startswith("GPU ")]
+    if result.exit_code != 0 or not gpus:
+        detail = (result.stderr.strip() or result.stdout.strip())[-300:]
+        raise PreflightError(
+            f"host {host.name}: nvidia-smi sees no GPU (exit {result.exit_code}): {detail}"
+        )
+    return len(gpus)

@@ -1,0 +1,146 @@
+"""Results read back from the study: per-trial rows, configurations with their
+replicates pooled, the baseline, the best configuration with its uncertainty.
+
+Everything here is derived from the storage alone, so `status`, `export` and the
+dashboard agree with what the sweep recorded, and a resumed sweep sees the same.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from .stats import Ratio, Stats, speedup, summarize
+
+# user-attr keys written by the sweep (one place, so readers and writer agree)
+A_ROLE = "role"
+A_CONFIG_ID = "config_id"
+A_EFFECTIVE = "effective"
+A_RUNS = "tok_s_runs"
+A_FAILURE = "failure"
+A_FAILURE_MSG = "failure_message"
+A_ACCEPT = "accept_length"
+A_LAUNCH = "launch"
+A_SKIPPED = "skipped_known_failure"
+A_STARTUP = "startup_s"
+CONFIRMED_ATTR = "sweeper:confirmed"
+SIMULATED_ATTR = "sweeper:simulated"
+
+BASELINE = "baseline"
+
+
+@dataclass
+class ConfigResult:
+    """One configuration and every measurement of it (replicates pooled)."""
+
+    config_id: str
+    effective: dict[str, Any]
+    role: str
+    trials: list[int] = field(default_factory=list)
+    runs: list[float] = field(default_factory=list)
+    accept_lengths: list[float] = field(default_factory=list)
+    launch: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def stats(self) -> Stats:
+        return summarize(self.runs)
+
+    @property
+    def accept_length(self) -> float | None:
+        vals = [a for a in self.accept_lengths if a is not None]
+        return sum(vals) / len(vals) if vals else None
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.role == BASELINE
+
+    def objective(self, kind: str = "mean") -> float:
+        st = self.stats
+        return {"mean": st.mean, "median": st.median, "min": st.min}.get(kind, st.mean)
+
+
+def _role(t: FrozenTrial) -> str:
+    return str(t.user_attrs.get(A_ROLE, "sampler"))
+
+
+def config_results(trials: Sequence[FrozenTrial]) -> list[ConfigResult]:
+    """COMPLETE trials grouped by configuration; a configuration measured in several
+    trials is one configuration whose runs are pooled."""
+    groups: dict[str, ConfigResult] = {}
+    for t in trials:
+        if t.state != TrialState.COMPLETE or A_CONFIG_ID not in t.user_attrs:
+            continue
+        cid = str(t.user_attrs[A_CONFIG_ID])
+        res = groups.get(cid)
+        if res is None:
+            res = groups[cid] = ConfigResult(cid, dict(t.user_attrs.get(A_EFFECTIVE, {})),
+                                             _role(t) if _role(t) == BASELINE else "config",
+                                             launch=dict(t.user_attrs.get(A_LAUNCH, {})))
+        res.trials.append(t.number)
+        res.runs.extend(float(v) for v in t.user_attrs.get(A_RUNS, []) or [t.value])
+        if t.user_attrs.get(A_ACCEPT) is not None:
+            res.accept_lengths.append(float(t.user_attrs[A_ACCEPT]))
+    return [g for g in groups.values() if g.runs]
+
+
+def baseline_result(results: Sequence[ConfigResult]) -> ConfigResult | None:
+    return next((r for r in results if r.is_baseline), None)
+
+
+def ranked(results: Sequence[ConfigResult], objective: str = "mean") -> list[ConfigResult]:
+    return sorted(results, key=lambda r: r.objective(objective), reverse=True)
+
+
+def best_result(study: optuna.Study, objective: str = "mean",
+                trials: Sequence[FrozenTrial] | None = None) -> ConfigResult | None:
+    """The confirmed winner when a confirm phase ran, else the best pooled configuration."""
+    results = config_results(trials if trials is not None else study.get_trials(deepcopy=False))
+    confirmed = study.user_attrs.get(CONFIRMED_ATTR)
+    if confirmed:
+        winner = next((r for r in results if r.config_id == confirmed.get("winner")), None)
+        if winner is not None:
+            return winner
+    top = ranked(results, objective)
+    return top[0] if top else None
+
+
+def speedup_over(result: ConfigResult, base: ConfigResult | None) -> Ratio | None:
+    if base is None or not result.runs or not base.runs:
+        return None
+    return speedup(result.runs, base.runs)
+
+
+def fmt_tok_s(st: Stats) -> str:
+    if st.n == 0:
+        return "-"
+    if st.n == 1 or math.isnan(st.ci_low):
+        return f"{st.mean:.1f}"
+    return f"{st.mean:.1f} ± {(st.ci_high - st.ci_low) / 2:.1f}"
+
+
+def fmt_ratio(r: Ratio | None) -> str:
+    if r is None:
+        return "-"
+    pct = (r.ratio - 1) * 100
+    if math.isnan(r.low) or math.isnan(r.high):
+        return f"{pct:+.1f}%"
+    return f"{pct:+.1f}% [{(r.low - 1) * 100:+.1f}, {(r.high - 1) * 100:+.1f}]"
+
+
+def short_params(effective: dict[str, Any]) -> str:
+    """Compact text for a table: steps/topk/draft first, then the rest."""
+    if not effective:
+        return "no speculation (baseline)"
+    abbrev = {"speculative-num-steps": "steps", "speculative-eagle-topk": "topk",
+              "speculative-num-draft-tokens": "draft", "speculative-draft-tp-size": "draft-tp"}
+    parts = []
+    for key in sorted(effective, key=lambda k: (k not in abbrev, list(abbrev).index(k)
+                                                if k in abbrev else 0, k)):
+        name = abbrev.get(key, key.removeprefix("env."))
+        parts.append(f"{name}={effective[key]}")
+    return " ".join(parts)

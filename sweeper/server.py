@@ -1,0 +1,141 @@
+"""SGLang server lifecycle on a host: start detached, wait healthy, watch, stop.
+
+Waiting fails fast: every poll checks whether the process ended (exit-code file or
+an empty process group) and, if so, classifies the failure from the log tail at once
+instead of waiting out the start-up deadline. A hang watchdog fails a server whose log
+stops growing while /health never answers 200.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import httpx
+
+from .errors import ConfigurationFailure, PortBusy
+from .hosts import Host
+from .launch import LaunchConfig
+from .logs import classify_failure
+
+POLL_SECONDS = 0.2
+LOG_TAIL_BYTES = 6000
+
+
+@dataclass(frozen=True)
+class ServerHandle:
+    """A server the sweeper started: enough to find and stop it again, even from
+    another sweeper process after a kill -9 (it is stored in the trial's user attrs)."""
+
+    host: str
+    pgid: int
+    port: int
+    bind_host: str
+    log_path: str
+    exit_path: str
+    identity: str
+    started_at: float
+
+    def to_attrs(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_attrs(cls, data: dict[str, object]) -> ServerHandle:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__})  # type: ignore[arg-type]
+
+
+def _tail_lines(text: str, n: int = 40) -> str:
+    return "\n".join(text.splitlines()[-n:])
+
+
+class ServerManager:
+    """Runs one SGLang server at a time on one host."""
+
+    def __init__(self, host: Host, workdir: str, python: str) -> None:
+        self.host = host
+        self.workdir = host.makedirs(workdir)
+        self.python = python
+
+    # --- start / stop ---------------------------------------------------------
+    def start(self, config: LaunchConfig, tag: str) -> ServerHandle:
+        if not self.host.port_free(config.port, config.bind_host):
+            raise PortBusy(
+                f"{self.host.name}: port {config.port} is already in use by a process sweeper "
+                f"did not start; stop it or set server.port to a free port")
+        log_path = f"{self.workdir}/{tag}.log"
+        exit_path = f"{self.workdir}/{tag}.exit"
+        pgid = self.host.start_detached(config.argv(self.python), env=config.env,
+                                        cwd=self.workdir, log_path=log_path, exit_path=exit_path)
+        return ServerHandle(self.host.name, pgid, config.port, config.bind_host, log_path,
+                            exit_path, config.identity(), time.time())
+
+    def stop(self, handle: ServerHandle, grace: float = 15.0, port_timeout: float = 30.0) -> None:
+        """Stop the server's process group (TERM, then KILL) and wait for its port."""
+        self.host.stop_group(handle.pgid, grace=grace)
+        deadline = time.monotonic() + port_timeout
+        while not self.host.port_free(handle.port, handle.bind_host):
+            if time.monotonic() > deadline:
+                raise PortBusy(f"{self.host.name}: port {handle.port} still in use after the "
+                               f"server (pgid {handle.pgid}) was stopped")
+            time.sleep(POLL_SECONDS)
+
+    # --- observation ------------------------------------------------------------
+    def log_tail(self, handle: ServerHandle, max_bytes: int = LOG_TAIL_BYTES) -> str:
+        return self.host.read_file(handle.log_path, max_bytes) or ""
+
+    def exited(self, handle: ServerHandle) -> bool:
+        return (self.host.exit_code(handle.exit_path) is not None
+                or not self.host.group_alive(handle.pgid))
+
+    def failure_from_exit(self, handle: ServerHandle, when: str) -> ConfigurationFailure:
+        """The process has ended: classify from its exit code and log tail."""
+        tail = self.log_tail(handle)
+        code = self.host.exit_code(handle.exit_path)
+        kind = classify_failure(tail) or "crash"
+        last = next((ln for ln in reversed(tail.splitlines()) if ln.strip()), "no output")
+        return ConfigurationFailure(
+            kind, f"server exited {when} (exit code {code}): {kind}: {last.strip()[:200]}",
+            _tail_lines(tail))
+
+    def check_alive(self, handle: ServerHandle) -> None:
+        """Raise the classified ConfigurationFailure when the server has died."""
+        if self.exited(handle):
+            raise self.failure_from_exit(handle, "while serving")
+
+    def wait_healthy(self, handle: ServerHandle, base_url: str, *, startup_timeout: float,
+                     hang_timeout: float,
+                     on_progress: Callable[[float], None] | None = None) -> float:
+        """Poll /health until 200. Returns the seconds from start to healthy.
+
+        Fails fast with a classified ConfigurationFailure when the process exits, when
+        ``startup_timeout`` passes, or when neither the log grows nor health answers for
+        ``hang_timeout`` seconds (a hang: NCCL misconfigurations often do this).
+        """
+        start = time.monotonic()
+        last_size = -1
+        last_progress = start
+        with httpx.Client(timeout=httpx.Timeout(2.0)) as client:
+            while True:
+                now = time.monotonic()
+                if self.exited(handle):
+                    raise self.failure_from_exit(handle, "during start-up")
+                try:
+                    if client.get(f"{base_url}/health").status_code == 200:
+                        return time.time() - handle.started_at
+                except httpx.HTTPError:
+                    pass  # not listening yet: that is what start-up looks like
+                size = self.host.file_size(handle.log_path) or 0
+                if size != last_size:
+                    last_size, last_progress = size, now
+                if now - last_progress > hang_timeout:
+                    raise ConfigurationFailure(
+                        "hang", f"server hung: no log output and no health for "
+                        f"{hang_timeout:.0f}s", _tail_lines(self.log_tail(handle)))
+                if now - start > startup_timeout:
+                    raise ConfigurationFailure(
+                        "startup_timeout", f"server not healthy after {startup_timeout:.0f}s",
+                        _tail_lines(self.log_tail(handle)))
+                if on_progress:
+                    on_progress(now - start)
+                time.sleep(POLL_SECONDS)

@@ -1,0 +1,296 @@
+"""The simulated scheduler: one thread that batches requests and paces tokens in real time.
+
+Like SGLang's scheduler it alternates prefill batches (new requests, first token each) and
+decode iterations over the running batch; with speculation one iteration is a verify cycle
+that hands each request its accepted drafts + 1 bonus token in one chunk. Time advances on
+absolute monotonic deadlines computed by sweeper.sim.model, so sleep overshoot never adds
+up and a client sees exactly the modelled rate.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from sweeper.sim import model
+from sweeper.sim.log import SimLog
+from sweeper.sim.model import AcceptPattern, SimConfig
+from sweeper.sim.profiles import Profile
+from sweeper.sim.text import TextSource
+
+# bytes of KV cache per token, to report SGLang-like token capacities
+_KV_BYTES_PER_TOKEN = 70_000
+
+
+class NoiseSource:
+    """Per-request speed and acceptance factors: seeded, drawn in request order."""
+
+    def __init__(self, profile: Profile, seed: int | None, scale: float) -> None:
+        self._rng = random.Random(seed)
+        self._cycle_sd = profile.noise.cycle_sd * scale
+        self._accept_sd = profile.noise.accept_sd * scale
+        self._lock = threading.Lock()
+
+    def draw(self) -> tuple[float, float]:
+        """(time factor, acceptance factor); (1, 1) with noise off."""
+        if self._cycle_sd == 0 and self._accept_sd == 0:
+            return 1.0, 1.0
+        with self._lock:
+            return (
+                random_lognormal(self._rng, self._cycle_sd),
+                random_lognormal(self._rng, self._accept_sd),
+            )
+
+
+def random_lognormal(rng: random.Random, sd: float) -> float:
+    return math.exp(rng.gauss(0.0, sd)) if sd else 1.0
+
+
+@dataclass
+class Finish:
+    reason: str  # "length", "stop" or "abort"
+    prompt_tokens: int
+    completion_tokens: int
+    e2e_latency: float
+    verify_ct: int
+    histogram: list[int]
+
+
+@dataclass
+class Request:
+    rid: int
+    prompt_tokens: int
+    limit: int  # tokens to produce
+    stop_reason: str  # why generation ends at `limit`: "length" or "stop"
+    text: TextSource
+    time_factor: float
+    pattern: AcceptPattern | None
+    histogram: list[int]
+    arrival: float = field(default_factory=time.monotonic)
+    produced: int = 0
+    verify_ct: int = 0
+    cancelled: bool = False
+    events: queue.SimpleQueue[tuple[str, Any]] = field(default_factory=queue.SimpleQueue)
+
+    def cancel(self) -> None:
+        """The client went away: the scheduler drops the request at its next step."""
+        self.cancelled = True
+
+
+class Engine:
+    """Scheduler thread + the counters /get_server_info reports."""
+
+    def __init__(
+        self,
+        profile: Profile,
+        cfg: SimConfig,
+        log: SimLog,
+        noise: NoiseSource,
+        decode_log_interval: int = 40,
+    ) -> None:
+        self.profile = profile
+        self.cfg = cfg
+        self.log = log
+        self.noise = noise
+        self.decode_log_interval = max(1, decode_log_interval)
+        plan = model.memory_plan(profile, cfg)
+        self.max_total_tokens = max(1, int(plan.kv_gb * 1e9 / _KV_BYTES_PER_TOKEN))
+        self._cond = threading.Condition()
+        self._pending: list[Request] = []
+        self._running: list[Request] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sim-scheduler", daemon=True)
+        self._next_rid = 0
+        self._cycle_cache: dict[int, float] = {}
+        # cumulative since boot, like SGLang's scheduler metrics
+        self.verify_ct_total = 0
+        self.verify_tokens_total = 0
+        self.last_gen_throughput = 0.0
+
+    # ------------------------------------------------------------ public
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._cond:
+            doomed = self._pending + self._running
+            self._pending = []
+            self._cond.notify_all()
+        for req in doomed:
+            req.events.put(("abort", None))
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def busy(self) -> bool:
+        with self._cond:
+            return bool(self._pending or self._running)
+
+    def avg_accept_length(self) -> float:
+        with self._cond:
+            if not self.verify_ct_total:
+                return 1.0
+            return self.verify_tokens_total / self.verify_ct_total
+
+    def submit(
+        self, prompt_seed: int, prompt_tokens: int, max_new: int, natural: int | None,
+        warmup: bool = False,
+    ) -> Request:
+        """Queue a request; ``natural`` is where EOS would stop it (None = ignore_eos)."""
+        time_factor, accept_factor = (1.0, 1.0) if warmup else self.noise.draw()
+        limit, reason = max(1, max_new), "length"
+        if natural is not None and natural < limit:
+            limit, reason = natural, "stop"
+        pattern, histogram = None, []
+        if self.cfg.speculative:
+            q = model.depth_acceptance(self.profile, self.cfg, accept_factor)
+            pattern = AcceptPattern(model.accept_distribution(q))
+            histogram = [0] * (len(q) + 1)
+        with self._cond:
+            self._next_rid += 1
+            req = Request(
+                rid=self._next_rid,
+                prompt_tokens=prompt_tokens,
+                limit=limit,
+                stop_reason=reason,
+                text=TextSource(prompt_seed),
+                time_factor=time_factor,
+                pattern=pattern,
+                histogram=histogram,
+            )
+            if self._stop.is_set():
+                req.events.put(("abort", None))
+                return req
+            self._pending.append(req)
+            self._cond.notify_all()
+        return req
+
+    # ------------------------------------------------------------ scheduler
+
+    def _cycle_s(self, batch: int) -> float:
+        if batch not in self._cycle_cache:
+            self._cycle_cache[batch] = model.cycle_ms(self.profile, self.cfg, batch) / 1000.0
+        return self._cycle_cache[batch]
+
+    def _sleep_until(self, deadline: float) -> None:
+        remaining = deadline - time.monotonic()
+        if remaining > 0:
+            self._stop.wait(remaining)
+
+    def _run(self) -> None:
+        clock = time.monotonic()
+        forward_ct = 0
+        window = _Window()
+        while not self._stop.is_set():
+            with self._cond:
+                self._running = [r for r in self._running if not r.cancelled]
+                while not self._pending and not self._running and not self._stop.is_set():
+                    self._cond.wait(0.1)
+                room = max(0, self.cfg.max_running - len(self._running))
+                new, self._pending = self._pending[:room], self._pending[room:]
+                running = list(self._running)
+                queued = len(self._pending)
+            if self._stop.is_set():
+                break
+            if not running:
+                clock = time.monotonic()  # idle until now: the timeline restarts here
+            if new:
+                factor = sum(r.time_factor for r in new) / len(new)
+                duration = model.prefill_ms(self.profile, self.cfg, len(new)) * factor / 1000.0
+                clock += duration
+                window.busy += duration
+                self._sleep_until(clock)
+                if self._stop.is_set():
+                    break
+                for req in new:
+                    self._emit(req, 1)
+                with self._cond:
+                    self._running.extend(r for r in new if r.produced < r.limit and not r.cancelled)
+                continue
+            factor = sum(r.time_factor for r in running) / len(running)
+            duration = self._cycle_s(len(running)) * factor
+            clock += duration
+            window.busy += duration
+            self._sleep_until(clock)
+            if self._stop.is_set():
+                break
+            for req in running:
+                if req.cancelled:
+                    continue
+                n = 1
+                if req.pattern is not None:
+                    accepted = req.pattern.next()
+                    req.histogram[accepted] += 1
+                    req.verify_ct += 1
+                    n = accepted + 1
+                    window.verify_ct += 1
+                    window.verify_tokens += n
+                    with self._cond:
+                        self.verify_ct_total += 1
+                        self.verify_tokens_total += n
+                n = min(n, req.limit - req.produced)
+                window.tokens += n
+                self._emit(req, n)
+            with self._cond:
+                self._running = [r for r in self._running if r.produced < r.limit]
+            forward_ct += 1
+            if forward_ct % self.decode_log_interval == 0:
+                self._log_decode(running, queued, window)
+
+    def _emit(self, req: Request, n: int) -> None:
+        if req.cancelled or n <= 0:
+            return
+        req.produced += n
+        req.events.put(("tokens", req.text.take(n)))
+        if req.produced >= req.limit:
+            req.events.put(
+                ("done", Finish(
+                    reason=req.stop_reason,
+                    prompt_tokens=req.prompt_tokens,
+                    completion_tokens=req.produced,
+                    e2e_latency=time.monotonic() - req.arrival,
+                    verify_ct=req.verify_ct,
+                    histogram=list(req.histogram),
+                ))
+            )
+
+    def _log_decode(self, running: list[Request], queued: int, window: _Window) -> None:
+        # busy time, not wall time: idle gaps between benchmark runs are not decode time
+        gen = window.tokens / max(window.busy, 1e-9)
+        self.last_gen_throughput = gen
+        tokens = sum(r.prompt_tokens + r.produced for r in running)
+        graph = not model.eager(self.cfg, len(running))
+        parts = [
+            f"Decode batch, #running-req: {len(running)}, #token: {tokens}, "
+            f"token usage: {tokens / self.max_total_tokens:.2f}, "
+        ]
+        if self.cfg.speculative and window.verify_ct:
+            accept = window.verify_tokens / window.verify_ct
+            rate = (accept - 1.0) / max(self.cfg.steps, 1)
+            parts.append(f"accept len: {accept:.2f}, accept rate: {rate:.2f}, ")
+        parts.append(
+            f"cuda graph: {graph}, gen throughput (token/s): {gen:.2f}, #queue-req: {queued},"
+        )
+        self.log.info("".join(parts))
+        window.restart()
+
+
+@dataclass
+class _Window:
+    """Counters between two decode log lines."""
+
+    busy: float = 0.0
+    tokens: int = 0
+    verify_ct: int = 0
+    verify_tokens: int = 0
+
+    def restart(self) -> None:
+        self.busy, self.tokens, self.verify_ct, self.verify_tokens = 0.0, 0, 0, 0

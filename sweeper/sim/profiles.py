@@ -1,0 +1,228 @@
+"""Hardware/model profiles for the simulated SGLang server: YAML files -> typed Profile.
+
+A profile holds every coefficient of the performance model (sweeper.sim.model), so a
+new "machine" is a new YAML file, not new code. Built-in profiles live beside this module
+in profiles/*.yaml; any other path works too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PROFILE_DIR = Path(__file__).with_name("profiles")
+
+
+class ProfileError(ValueError):
+    """A profile file that cannot be used; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Hardware:
+    gpu_name: str
+    gpu_memory_gb: float
+    num_gpus: int
+    collnet: bool = False  # no CollNet/SHARP switch: CollNet* algorithms fail
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """SGLang defaults that depend on the model/hardware (what SGLang would auto-pick)."""
+
+    tp_size: int = 1
+    cuda_graph_max_bs: int = 64
+    mem_fraction_static: float = 0.88
+    max_running_requests: int = 256
+    max_running_requests_spec: int = 48  # SGLang forces 48 under speculation when unset
+    speculative: tuple[int, int, int] = (3, 1, 4)  # steps, topk, draft tokens when unset
+    context_length: int = 131072
+
+
+@dataclass(frozen=True)
+class Startup:
+    load_seconds: float  # weight loading at real time
+    capture_seconds_per_graph: float  # one captured batch size (doubled with a draft)
+
+
+@dataclass(frozen=True)
+class Target:
+    forward_ms: float  # one decode token, batch 1, CUDA graph
+    per_token_ms: float  # each further token in the same forward (verify of k tokens)
+    per_request_ms: float  # each further request in the batch
+    eager_ms: float  # extra per forward without a CUDA graph (launch overhead)
+    prefill_ms: float  # first token of a short prompt
+    prefill_per_request_ms: float  # each further prompt in the same prefill batch
+    no_overlap_ms: float = 0.0  # scheduler overhead no longer hidden by the overlap schedule
+    attention_backend: Mapping[str, float] = field(default_factory=dict)  # verify factors
+
+
+@dataclass(frozen=True)
+class Draft:
+    compute_ms_tp1: float  # one draft step on one GPU
+    tp_scaling_exponent: float  # compute(tp) = compute_ms_tp1 / tp ** exponent
+    comm_ms: float  # per draft step at the target's TP, custom all-reduce, NCCL defaults
+    gather_ms: float  # per cycle when the draft runs on fewer GPUs than the target
+    topk_cost: float  # relative extra draft compute per extra branch
+    per_request: float  # relative extra draft cost per extra request in the batch
+    eager_factor: float  # draft step cost multiplier without CUDA graphs
+    no_custom_all_reduce_factor: float = 1.3
+    nvls_factor: float = 0.95
+
+
+@dataclass(frozen=True)
+class Spec:
+    overhead_ms: float  # per cycle: sampling, tree building, bookkeeping
+    tree_verify_ms: float  # per request per cycle when topk > 1 (tree attention masks)
+    acceptance: tuple[float, ...]  # P(draft token at depth d accepted | all before accepted)
+    branch_exponent: float  # m candidates at a depth act like m ** exponent tries
+    algorithm_acceptance: Mapping[str, float] = field(default_factory=dict)
+    algorithm_draft_cost: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class HangRule:
+    """Configurations matching every env and args item never become healthy."""
+
+    env: Mapping[str, str]
+    args: Mapping[str, str]
+    reason: str
+
+
+@dataclass(frozen=True)
+class Nccl:
+    algo: Mapping[str, float]  # comm factor per NCCL_ALGO value (unset = 1.0)
+    proto: Mapping[str, float]  # comm factor per NCCL_PROTO value (unset = 1.0)
+    default_channels: int  # what NCCL's tuner uses for the draft's small collectives
+    best_channels: int
+    channel_penalty: float  # comm factor per doubling away from best_channels
+    hang: HangRule | None = None
+
+
+@dataclass(frozen=True)
+class Memory:
+    target_weights_gb: float  # whole target model; split over tp
+    draft_weights_gb: float  # whole draft; split over draft tp
+    min_kv_gb: float  # below this SGLang says "Not enough memory"
+    activation_reserve_gb: float  # kept outside the static pool for activations
+    graph_gb_per_token: float  # CUDA graph memory per captured (batch x token) slot
+
+
+@dataclass(frozen=True)
+class Noise:
+    cycle_sd: float  # log-normal sd of a request's speed factor at --sim-noise 1
+    accept_sd: float  # log-normal sd of a request's acceptance factor at --sim-noise 1
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Every coefficient of one simulated machine + model. See profiles/demo.yaml."""
+
+    name: str
+    description: str
+    model: str
+    hardware: Hardware
+    defaults: Defaults
+    startup: Startup
+    target: Target
+    draft: Draft
+    spec: Spec
+    nccl: Nccl
+    memory: Memory
+    noise: Noise
+    source: str = ""
+
+
+def builtin_profiles() -> list[str]:
+    """Names of the profiles shipped with the package."""
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+
+
+def load_profile(name_or_path: str | Path | Profile) -> Profile:
+    """Load a profile by built-in name (``demo``, ``kimi-k2.5-8xh200``) or YAML path.
+
+    >>> load_profile("demo").name
+    'demo'
+    """
+    if isinstance(name_or_path, Profile):
+        return name_or_path
+    text = str(name_or_path)
+    path = Path(text)
+    if not (text.endswith((".yaml", ".yml")) or path.exists()):
+        path = PROFILE_DIR / f"{text}.yaml"
+        if not path.exists():
+            raise ProfileError(
+                f"unknown sim profile {text!r}: use one of {', '.join(builtin_profiles())} "
+                "or a path to a profile YAML file"
+            )
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ProfileError(f"{path}: cannot read profile: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ProfileError(f"{path}: a profile is a YAML mapping")
+    return _build(data, str(path))
+
+
+_SECTIONS: dict[str, type] = {
+    "hardware": Hardware,
+    "defaults": Defaults,
+    "startup": Startup,
+    "target": Target,
+    "draft": Draft,
+    "spec": Spec,
+    "nccl": Nccl,
+    "memory": Memory,
+    "noise": Noise,
+}
+
+
+def _build(data: dict[str, Any], source: str) -> Profile:
+    known = {"name", "description", "model", *_SECTIONS}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ProfileError(f"{source}: unknown key(s) {', '.join(unknown)}")
+    sections: dict[str, Any] = {}
+    for key, cls in _SECTIONS.items():
+        raw = data.get(key, {} if key == "defaults" else None)
+        if not isinstance(raw, dict):
+            raise ProfileError(f"{source}: missing or invalid section {key!r}")
+        sections[key] = _section(cls, dict(raw), f"{source}: {key}")
+    try:
+        return Profile(
+            name=str(data["name"]),
+            description=str(data.get("description", "")).strip(),
+            model=str(data.get("model", "")),
+            source=source,
+            **sections,
+        )
+    except KeyError as exc:
+        raise ProfileError(f"{source}: missing key {exc.args[0]!r}") from exc
+
+
+def _section(cls: type, raw: dict[str, Any], where: str) -> Any:
+    # YAML keys may use dashes like SGLang's flags; the dataclasses use underscores.
+    raw = {k.replace("-", "_"): v for k, v in raw.items()}
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - names)
+    if unknown:
+        raise ProfileError(f"{where}: unknown key(s) {', '.join(unknown)}")
+    if "acceptance" in raw:
+        raw["acceptance"] = tuple(float(x) for x in raw["acceptance"])
+    if "speculative" in raw:
+        raw["speculative"] = tuple(int(x) for x in raw["speculative"])
+    if cls is Nccl and raw.get("hang") is not None:
+        hang = raw["hang"]
+        raw["hang"] = HangRule(
+            env={str(k): str(v) for k, v in (hang.get("env") or {}).items()},
+            args={str(k): str(v) for k, v in (hang.get("args") or {}).items()},
+            reason=str(hang.get("reason", "")),
+        )
+    try:
+        return cls(**raw)
+    except TypeError as exc:
+        raise ProfileError(f"{where}: {exc}") from exc

@@ -1,0 +1,110 @@
+"""The study's storage: Optuna's RDB (SQLite by default) or journal storage, its
+artifact store, and the guard that refuses a study file whose search space no longer
+matches what the storage already holds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.artifacts import FileSystemArtifactStore
+from optuna.distributions import distribution_to_json
+
+from .errors import InputError
+
+SPACE_ATTR = "sweeper:space"
+
+
+def open_storage(url: str) -> optuna.storages.BaseStorage:
+    """An Optuna storage for ``url``; InputError (one line) when it cannot be used.
+
+    ``journal:///path/file.log`` selects Optuna's JournalFileBackend (many local
+    processes on a shared file system); everything else goes to SQLAlchemy.
+    """
+    try:
+        if url.startswith("journal://"):
+            from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+            path = url[len("journal://"):]
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            return JournalStorage(JournalFileBackend(path))
+        if url.startswith("sqlite:///"):
+            db = Path(url[len("sqlite:///"):])
+            if not db.parent.exists():
+                raise InputError(f"storage {url}: directory {db.parent} does not exist; "
+                                 "create it or pass another --storage")
+        return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
+    except InputError:
+        raise
+    except Exception as exc:  # SQLAlchemy raises many types for a bad URL or server
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"storage {url}: cannot open it ({first}); check --storage or the "
+                         "study's storage key") from exc
+
+
+def _engine_kwargs(url: str) -> dict[str, Any]:
+    if url.startswith("sqlite"):
+        # A dashboard or `sweeper status` may read while the sweep writes: wait for the
+        # lock instead of failing with "database is locked".
+        return {"connect_args": {"timeout": 30}}
+    return {}
+
+
+def artifact_dir(url: str, study_name: str) -> Path:
+    """Where trial artifacts (server logs, benchmark JSON) live: beside a SQLite or
+    journal file, else under ./studies."""
+    for prefix in ("sqlite:///", "journal://"):
+        if url.startswith(prefix):
+            return Path(url[len(prefix):]).with_suffix("").parent / f"{study_name}.artifacts"
+    return Path("studies") / f"{study_name}.artifacts"
+
+
+def artifact_store(url: str, study_name: str) -> FileSystemArtifactStore:
+    path = artifact_dir(url, study_name)
+    path.mkdir(parents=True, exist_ok=True)
+    return FileSystemArtifactStore(str(path))
+
+
+def space_signature(distributions: dict[str, optuna.distributions.BaseDistribution]) -> str:
+    return json.dumps({k: json.loads(distribution_to_json(v)) for k, v in
+                       sorted(distributions.items())}, sort_keys=True)
+
+
+def existing_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study | None:
+    try:
+        return optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        return None
+
+
+def check_space(study: optuna.Study, signature: str, study_file: str, storage_url: str) -> None:
+    """Refuse to mix trials of two different search spaces in one study."""
+    stored = study.user_attrs.get(SPACE_ATTR)
+    if stored is not None and stored != signature:
+        old, new = json.loads(stored), json.loads(signature)
+        changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        raise InputError(
+            f"{study_file}: space: differs from the study {study.study_name!r} already in "
+            f"{storage_url} (changed: {', '.join(changed)}); use a new study name, another "
+            "--storage, or restore the old space")
+
+
+def delete_study(url: str, name: str) -> None:
+    """Remove a study and its artifacts (``--fresh``); nothing happens if it is absent."""
+    import shutil
+
+    storage = open_storage(url)
+    if existing_study(storage, name) is not None:
+        optuna.delete_study(study_name=name, storage=storage)
+    shutil.rmtree(artifact_dir(url, name), ignore_errors=True)
+
+
+def load_existing(url: str, name: str, study_file: str) -> optuna.Study:
+    """The stored study for status/export; InputError when the sweep never ran."""
+    study = existing_study(open_storage(url), name)
+    if study is None:
+        raise InputError(f"{study_file}: no study {name!r} in {url} yet; run "
+                         f"`sweeper optimize --study {name}` first")
+    return study

@@ -1,0 +1,564 @@
+"""The trial loop: ask -> (re)start the server -> wait healthy -> benchmark -> tell.
+
+One process owns the study and uses Optuna's ask/tell interface (so SQLite keeps a
+single writer). What the optimizer is told depends on whose fault a failure was
+(shared/DESIGN.md, "A trial's life"):
+
+* the configuration's fault (ConfigurationFailure): PRUNED with the constraint
+  ``failed = 1`` so TPE learns the region is infeasible (a FAIL trial is invisible to
+  TPE, which would propose the crashing configuration again and again);
+* the infrastructure's fault (InfrastructureError): FAIL, and the same parameters are
+  enqueued again, up to ``sweep.max_retries`` times.
+
+A sweep killed by anything loses nothing: trials left RUNNING by a dead sweeper are
+found on the next start, their servers stopped, and their parameters enqueued again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import socket
+import sys
+import tempfile
+import time
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, Trial, TrialState
+
+from . import results as R
+from .bench import BenchResult, BenchSpec, run_benchmark
+from .errors import ConfigurationFailure, InfrastructureError, InputError, SweeperError
+from .hosts import Host, LocalHost
+from .launch import LaunchConfig, redact_env
+from .progress import NullReporter, Reporter
+from .server import ServerHandle, ServerManager
+from .space import SearchSpace
+from .storage import (
+    SPACE_ATTR,
+    artifact_store,
+    check_space,
+    existing_study,
+    open_storage,
+    space_signature,
+)
+from .study import StudySpec
+
+A_OWNER = "owner"
+A_SERVER = "server"
+A_ATTEMPT = "attempt"
+A_RETRY_OF = "retry_of"
+KEPT_ATTR = "sweeper:kept_server"
+# The budget of a sweep in progress: {"start", "target", "trials", "machine", "pid"}.
+# A sweep killed (or Ctrl-C'd) leaves it behind, and the same command resumes towards
+# the same target instead of starting N trials afresh.
+TARGET_ATTR = "sweeper:budget"
+
+
+class SweepAborted(SweeperError):
+    """The sweep stopped before its budget: too many failures in a row, or retries
+    of an infrastructure fault used up. The message says what to fix."""
+
+
+@dataclass
+class SweepOptions:
+    trials: int = 40
+    timeout: float | None = None
+    storage: str | None = None
+    sampler: str | None = None
+    seed: int | None = None
+    keep_best: bool = False
+
+
+@dataclass
+class SweepSummary:
+    study: str
+    storage: str
+    finished: int = 0
+    complete: int = 0
+    pruned: Counter[str] = field(default_factory=Counter)
+    skipped: int = 0
+    failed: int = 0
+    retried: int = 0
+    reconciled: int = 0
+    stopped_because: str = "budget"
+    best: R.ConfigResult | None = None
+    baseline: R.ConfigResult | None = None
+    kept_server: ServerHandle | None = None
+    simulated: bool = False
+    resumed_from: int = 0
+
+
+def config_id(config: LaunchConfig) -> str:
+    return hashlib.sha256(config.identity().encode()).hexdigest()[:12]
+
+
+def make_sampler(name: str, seed: int | None, n_startup: int) -> optuna.samplers.BaseSampler:
+    """TPE with multivariate + group: conditional parameters (one name per branch) are
+    modelled jointly within each branch; constant_liar keeps parallel workers apart."""
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "tpe":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # multivariate/group are flagged experimental
+            return optuna.samplers.TPESampler(multivariate=True, group=True, seed=seed,
+                                              n_startup_trials=n_startup, constant_liar=True)
+    raise InputError(f"--sampler {name}: unknown sampler; use tpe or random")
+
+
+def open_host(spec: StudySpec) -> tuple[Host, str]:
+    """The study's first host and the python that ``{python}`` stands for on it."""
+    hspec = spec.hosts[0]
+    if hspec.is_local:
+        return LocalHost(), hspec.python or sys.executable
+    if hspec.is_placeholder:
+        from .study import placeholder_message
+
+        raise InputError(placeholder_message(spec, 0))
+    from .ssh import SSHHost
+
+    return SSHHost(hspec.ssh), hspec.python or "python3"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM takes the Ctrl-C path: the trial is recorded, the server stopped."""
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (tests may drive a sweep from a thread)
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class Sweep:
+    """One sweep of one study on one host."""
+
+    def __init__(self, spec: StudySpec, options: SweepOptions, reporter: Reporter | None = None,
+                 host: Host | None = None, python: str | None = None) -> None:
+        self.spec = spec
+        self.options = options
+        self.report: Reporter = reporter or NullReporter()
+        self.space = SearchSpace(spec)  # validates the space before anything starts
+        self.storage_url = options.storage or spec.storage
+        self.bench_spec = BenchSpec(
+            api=spec.benchmark.api, max_tokens=spec.benchmark.max_tokens,
+            runs=spec.benchmark.runs, warmup=spec.benchmark.warmup,
+            concurrency=spec.benchmark.concurrency, prompts=spec.benchmark.prompts,
+            request_timeout=spec.benchmark.request_timeout,
+            objective=spec.benchmark.objective)
+        self._host = host
+        self._python = python
+        self.summary = SweepSummary(spec.name, self.storage_url,
+                                    simulated="sweeper.sim" in spec.server.launcher)
+        self.current: ServerHandle | None = None
+        self._known_failures: dict[str, tuple[int, str]] = {}
+
+    # --- set-up -------------------------------------------------------------------
+    def open(self, require_existing: bool = False) -> optuna.Study:
+        """Everything that can refuse the study runs before anything is written."""
+        if self._host is None:
+            self._host, self._python = open_host(self.spec)
+        self.host = self._host
+        self.python = self._python or sys.executable
+        hspec = self.spec.hosts[0]
+        self.manager = ServerManager(self.host, hspec.workdir, self.python)
+        storage = open_storage(self.storage_url)
+        signature = space_signature(self.space.distributions())
+        study = existing_study(storage, self.spec.name)
+        if study is not None:
+            check_space(study, signature, str(self.spec.path), self.storage_url)
+        elif require_existing:
+            raise InputError(f"{self.spec.path}: no study {self.spec.name!r} in "
+                             f"{self.storage_url} yet; run `sweeper optimize` first")
+        sampler = make_sampler(self.options.sampler or self.spec.sweep.sampler,
+                               self.options.seed if self.options.seed is not None
+                               else self.spec.sweep.seed, self.spec.sweep.n_startup_trials)
+        study = optuna.create_study(storage=storage, study_name=self.spec.name,
+                                    direction="maximize", sampler=sampler, load_if_exists=True)
+        if SPACE_ATTR not in study.user_attrs:
+            study.set_user_attr(SPACE_ATTR, signature)
+            study.set_user_attr(R.SIMULATED_ATTR, self.summary.simulated)
+            self._enqueue_initial(study)
+        self.study = study
+        self.artifacts = artifact_store(self.storage_url, self.spec.name)
+        return study
+
+    def _enqueue_initial(self, study: optuna.Study) -> None:
+        """Baseline first, then the user's start_from points, then the sampler."""
+        if self.spec.baseline:
+            study.enqueue_trial({}, user_attrs={R.A_ROLE: R.BASELINE})
+        for point in self.spec.start_from:
+            study.enqueue_trial(self.space.internal_params(point),
+                                user_attrs={R.A_ROLE: "start_from"}, skip_if_exists=True)
+
+    # --- reconciliation after a crash of a previous sweeper ---------------------------
+    def reconcile(self) -> int:
+        """Trials left RUNNING by a sweeper that no longer runs: stop their servers,
+        mark them FAIL (interrupted) and enqueue their parameters again."""
+        me = socket.gethostname()
+        kept = self.study.user_attrs.get(KEPT_ATTR)
+        if kept and kept.get("host") == self.host.name:
+            handle = ServerHandle.from_attrs(kept)
+            if self.host.group_alive(handle.pgid):
+                self.report.line(f"stopping the server left running by --keep-best "
+                                 f"(pgid {handle.pgid})")
+                self.manager.stop(handle, grace=self.spec.server.stop_grace)
+            self.study.set_user_attr(KEPT_ATTR, None)
+        n = 0
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            owner = t.user_attrs.get(A_OWNER) or {}
+            if owner.get("machine") == me and _pid_alive(int(owner.get("pid", -1))):
+                continue  # another live sweeper on this machine owns it
+            if owner and owner.get("machine") != me:
+                self.report.line(f"[yellow]trial {t.number} is RUNNING under a sweeper on "
+                                 f"{owner.get('machine')}; leaving it alone[/]")
+                continue
+            server = t.user_attrs.get(A_SERVER)
+            if server and server.get("host") == self.host.name:
+                handle = ServerHandle.from_attrs(server)
+                if self.host.group_alive(handle.pgid):
+                    self.report.line(f"stopping the server of interrupted trial {t.number} "
+                                     f"(pgid {handle.pgid})")
+                    with contextlib.suppress(InfrastructureError):
+                        self.manager.stop(handle, grace=self.spec.server.stop_grace)
+            storage = self.study._storage
+            storage.set_trial_user_attr(t._trial_id, R.A_FAILURE, "interrupted")
+            storage.set_trial_user_attr(t._trial_id, R.A_FAILURE_MSG,
+                                        "the sweeper stopped during this trial (killed?)")
+            self.study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
+            self._requeue(t, count_attempt=False)
+            n += 1
+        return n
+
+    def _requeue(self, t: FrozenTrial | Trial, count_attempt: bool) -> int:
+        attempt = int(t.user_attrs.get(A_ATTEMPT, 0)) + (1 if count_attempt else 0)
+        attrs = {R.A_ROLE: t.user_attrs.get(R.A_ROLE, "sampler"), A_ATTEMPT: attempt,
+                 A_RETRY_OF: t.number}
+        self.study.enqueue_trial(dict(t.params), user_attrs=attrs)
+        self.summary.retried += 1
+        return attempt
+
+    # --- the loop -----------------------------------------------------------------
+    def run(self) -> SweepSummary:
+        if not hasattr(self, "study"):
+            self.open()
+        self.summary.reconciled = self.reconcile()
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.PRUNED,)):
+            if R.A_CONFIG_ID in t.user_attrs and t.user_attrs.get(R.A_FAILURE):
+                self._known_failures.setdefault(t.user_attrs[R.A_CONFIG_ID],
+                                                (t.number, t.user_attrs[R.A_FAILURE]))
+        deadline = time.monotonic() + self.options.timeout if self.options.timeout else None
+        consecutive = 0
+        self._set_budget()
+        try:
+            with _sigterm_as_interrupt():
+                while self.summary.finished < self._todo:
+                    if deadline is not None and time.monotonic() > deadline:
+                        self.summary.stopped_because = "timeout"
+                        break
+                    outcome = self._one_trial()
+                    consecutive = 0 if outcome in ("complete", "skipped") else consecutive + 1
+                    if consecutive >= self.spec.sweep.max_consecutive_failures:
+                        raise SweepAborted(
+                            f"{consecutive} trials in a row failed; the last: "
+                            f"{self._last_failure}. Check the study's server settings and "
+                            f"the host, then run the same command to resume")
+        finally:
+            if self.summary.stopped_because != "interrupted":
+                self.study.set_user_attr(TARGET_ATTR, None)
+            self._finish()
+        return self.summary
+
+    _last_failure = ""
+
+    def _set_budget(self) -> None:
+        """--trials N means N more finished trials, except when the same command resumes
+        a sweep that was killed or interrupted: then it goes on to that sweep's target."""
+        done = sum(1 for t in self.study.get_trials(
+            deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+        old = self.study.user_attrs.get(TARGET_ATTR) or {}
+        owner_alive = old.get("machine") == socket.gethostname() and \
+            _pid_alive(int(old.get("pid", -1))) and int(old.get("pid", -1)) != os.getpid()
+        if old and old.get("trials") == self.options.trials and not owner_alive \
+                and old.get("target", 0) > done:
+            start, target = int(old["start"]), int(old["target"])
+            self.summary.resumed_from = done - start
+            self.report.line(f"resuming the interrupted sweep: {done - start} of "
+                             f"{self.options.trials} trials were done, {target - done} to go")
+        else:
+            start, target = done, done + self.options.trials
+        self._start, self._todo = start, target - done
+        self.study.set_user_attr(TARGET_ATTR, {
+            "start": start, "target": target, "trials": self.options.trials,
+            "machine": socket.gethostname(), "pid": os.getpid()})
+
+    def _one_trial(self) -> str:
+        trial = self.study.ask()
+        role = str(trial.user_attrs.get(R.A_ROLE, "sampler"))
+        n_done = self.summary.finished + 1 + self.summary.resumed_from
+        self.report_prefix = f"trial {trial.number} ({n_done}/{self.options.trials}) "
+        if role == R.BASELINE:
+            effective: dict[str, Any] = {}
+            config = self.space.baseline_config()
+        else:
+            effective = self.space.suggest(trial)
+            config = self.space.launch_config(effective)
+        cid = config_id(config)
+        trial.set_user_attr(R.A_ROLE, role)
+        trial.set_user_attr(R.A_CONFIG_ID, cid)
+        trial.set_user_attr(R.A_EFFECTIVE, effective)
+        trial.set_user_attr(R.A_LAUNCH, {**config.to_dict(redact=True),
+                                         "command": config.command_line(self.python)})
+        trial.set_user_attr(A_OWNER, {"machine": socket.gethostname(), "pid": os.getpid()})
+        label = R.short_params(effective)
+
+        known = self._known_failures.get(cid)
+        if known is not None:
+            # The same configuration already failed: no restart wasted on it.
+            self._prune(trial, known[1], f"same configuration failed in trial {known[0]}",
+                        "", skipped=True)
+            self.summary.skipped += 1
+            self._line(trial, label, f"[yellow]skipped[/]: known to fail ({known[1]}, "
+                       f"trial {known[0]})")
+            return "skipped"
+        try:
+            result, startup_s, handle = self.measure(
+                config, f"trial-{trial.number:04d}",
+                on_start=lambda h: trial.set_user_attr(A_SERVER, h.to_attrs()))
+        except ConfigurationFailure as fail:
+            self._stop_current()
+            self._known_failures[cid] = (trial.number, fail.kind)
+            self._prune(trial, fail.kind, str(fail), fail.log_tail)
+            self._last_failure = f"trial {trial.number}: {fail}"
+            self._line(trial, label, f"[red]{fail.kind}[/]: {fail}")
+            return "pruned"
+        except InfrastructureError as err:
+            self._stop_current(best_effort=True)
+            self._fail(trial, err.kind, str(err))
+            self._last_failure = f"trial {trial.number}: {err}"
+            attempt = self._requeue(trial, count_attempt=True)
+            self._line(trial, label, f"[magenta]failed[/] ({err.kind}): {err} — "
+                       f"retry {attempt}/{self.spec.sweep.max_retries}")
+            if attempt > self.spec.sweep.max_retries:
+                raise SweepAborted(
+                    f"trial {trial.number}: {err} — the same configuration failed "
+                    f"{attempt} times for reasons outside it; fix the host or network, then "
+                    "run the same command to resume (the configuration stays queued)") from err
+            return "failed"
+        except KeyboardInterrupt:
+            self._fail(trial, "interrupted", "interrupted by the user (Ctrl-C / SIGTERM)")
+            self._requeue(trial, count_attempt=False)
+            self.summary.stopped_because = "interrupted"
+            raise
+        self._complete(trial, config, result, startup_s, handle)
+        return "complete"
+
+    def measure(self, config: LaunchConfig, tag: str,
+                on_start: Callable[[ServerHandle], None] | None = None,
+                bench_spec: BenchSpec | None = None,
+                ) -> tuple[BenchResult, float, ServerHandle]:
+        """Serve ``config`` (restarting unless it is already serving) and benchmark it.
+        ``on_start`` records the server before waiting, so a kill -9 can find it."""
+        spec = self.spec.server
+        handle = self.current
+        if handle is not None and handle.identity == config.identity() and \
+                not self.manager.exited(handle):
+            startup_s = 0.0  # the same configuration is still serving: no restart needed
+            self.report.phase(f"{self.report_prefix}reusing the running server")
+        else:
+            self._stop_current()
+            self.report.phase(f"{self.report_prefix}starting the server")
+            handle = self.manager.start(config, tag)
+            self.current = handle
+            startup_s = -1.0
+        if on_start is not None:
+            on_start(handle)
+        with self.host.forward(config.port, config.bind_host) as base_url:
+            if startup_s < 0:
+                startup_s = self.manager.wait_healthy(
+                    handle, base_url, startup_timeout=spec.startup_timeout,
+                    hang_timeout=spec.hang_timeout,
+                    on_progress=lambda s: self.report.phase(
+                        f"{self.report_prefix}waiting for health ({s:.0f}s)"))
+            self.report.phase(f"{self.report_prefix}benchmarking")
+            result = run_benchmark(
+                base_url, bench_spec or self.bench_spec,
+                on_progress=lambda msg: self.report.phase(f"{self.report_prefix}{msg}"),
+                check_server=lambda: self.manager.check_alive(handle))
+        return result, startup_s, handle
+
+    # --- telling Optuna ----------------------------------------------------------
+    def _prune(self, trial: Trial, kind: str, message: str, log_tail: str,
+               skipped: bool = False) -> None:
+        trial.set_constraint("failed", 1.0)
+        trial.set_user_attr("constraint_failed", 1.0)  # the dashboard does not show constraints
+        trial.set_user_attr(R.A_FAILURE, kind)
+        trial.set_user_attr(R.A_FAILURE_MSG, message[:500])
+        if skipped:
+            trial.set_user_attr(R.A_SKIPPED, True)
+        if log_tail:
+            trial.set_user_attr("log_tail", log_tail[-4000:])
+        self._upload_log(trial)
+        self.study.tell(trial, state=TrialState.PRUNED)
+        self.summary.finished += 1
+        self.summary.pruned[kind] += 1
+
+    def _fail(self, trial: Trial, kind: str, message: str) -> None:
+        trial.set_user_attr(R.A_FAILURE, kind)
+        trial.set_user_attr(R.A_FAILURE_MSG, message[:500])
+        with contextlib.suppress(Exception):
+            self._upload_log(trial)
+        self.study.tell(trial, state=TrialState.FAIL)
+        self.summary.failed += 1
+
+    def _complete(self, trial: Trial, config: LaunchConfig, result: BenchResult,
+                  startup_s: float, handle: ServerHandle) -> None:
+        runs = [r.tok_s for r in result.runs if r.ok]
+        st = result.stats
+        trial.set_constraint("failed", 0.0)
+        trial.set_user_attr("constraint_failed", 0.0)
+        trial.set_user_attr(R.A_RUNS, runs)
+        trial.set_user_attr(R.A_STARTUP, round(startup_s, 2))
+        trial.set_user_attr("tok_s_mean", st.mean)
+        trial.set_user_attr("tok_s_stdev", st.stdev)
+        trial.set_user_attr("tok_s_min", st.min)
+        trial.set_user_attr("tok_s_max", st.max)
+        trial.set_user_attr("tok_s_ci95", [st.ci_low, st.ci_high])
+        trial.set_user_attr("runs_flagged", result.n_errors + result.n_short)
+        trial.set_user_attr(R.A_ACCEPT, result.accept_length)
+        base = R.baseline_result(R.config_results(self.study.get_trials(deepcopy=False)))
+        ratio = R.speedup_over(R.ConfigResult("", {}, "", runs=runs), base)
+        if ratio is not None:
+            trial.set_user_attr("speedup", ratio.ratio)
+        self._upload_json(trial, "benchmark.json", result.to_dict())
+        self._upload_log(trial)
+        self.study.tell(trial, result.value)
+        self.summary.finished += 1
+        self.summary.complete += 1
+        best = R.best_result(self.study, self.bench_spec.objective)
+        acc = f", accept len {result.accept_length:.2f}" if result.accept_length else ""
+        best_txt = ""
+        if best is not None:
+            b_ratio = R.speedup_over(best, base)
+            best_txt = f" | best {best.stats.mean:.1f} (trial {best.trials[0]}" + (
+                f", {R.fmt_ratio(b_ratio)} vs baseline)" if b_ratio else ")")
+        self._line(trial, R.short_params(trial.user_attrs.get(R.A_EFFECTIVE, {})),
+                   f"[green]{R.fmt_tok_s(st)} tok/s[/]{acc}{best_txt}")
+
+    def _line(self, trial: Trial, label: str, text: str) -> None:
+        self.report.line(f"{self.report_prefix}{label}: {text}")
+
+    # --- artifacts -------------------------------------------------------------------
+    def _upload_json(self, trial: Trial, name: str, data: dict[str, Any]) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / name
+            path.write_text(json.dumps(data, indent=2, default=str))
+            optuna.artifacts.upload_artifact(artifact_store=self.artifacts,
+                                             file_path=str(path), study_or_trial=trial)
+
+    def _upload_log(self, trial: Trial) -> None:
+        server = trial.user_attrs.get(A_SERVER)
+        if not server:
+            return
+        text = self.host.read_file(server["log_path"], 4 * 1024 * 1024)
+        if text is None:
+            return
+        for name, value in redact_env(self.spec.server.env).items():
+            real = self.spec.server.env[name]
+            if value != real and real:
+                text = text.replace(real, value)  # secrets never reach the artifact store
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / f"server-trial-{trial.number:04d}.log"
+            path.write_text(text)
+            optuna.artifacts.upload_artifact(artifact_store=self.artifacts,
+                                             file_path=str(path), study_or_trial=trial)
+
+    def best(self) -> R.ConfigResult | None:
+        return R.best_result(self.study, self.bench_spec.objective)
+
+    def stop_server(self) -> None:
+        """Stop the server this sweep started, if any (Ctrl-C paths, confirm)."""
+        self._stop_current(best_effort=True)
+
+    # --- the end --------------------------------------------------------------------
+    def _stop_current(self, best_effort: bool = False) -> None:
+        if self.current is None:
+            return
+        self.report.phase(f"{getattr(self, 'report_prefix', '')}stopping the server")
+        try:
+            self.manager.stop(self.current, grace=self.spec.server.stop_grace)
+        except InfrastructureError:
+            if not best_effort:
+                raise
+        self.current = None
+
+    def _finish(self) -> None:
+        summary = self.summary
+        with contextlib.suppress(Exception):
+            trials = self.study.get_trials(deepcopy=False)
+            summary.best = R.best_result(self.study, self.bench_spec.objective, trials)
+            summary.baseline = R.baseline_result(R.config_results(trials))
+        keep = self.options.keep_best and summary.best is not None and \
+            summary.stopped_because != "interrupted"
+        try:
+            if keep and self.current is not None and \
+                    config_id_of(self.current) == summary.best.config_id:
+                summary.kept_server = self.current
+                self.current = None
+            else:
+                self._stop_current(best_effort=True)
+                if keep:
+                    summary.kept_server = self._start_best(summary.best)
+            if summary.kept_server is not None:
+                # recorded so the next optimize (or a test's cleanup) can stop it
+                self.study.set_user_attr(KEPT_ATTR, summary.kept_server.to_attrs())
+        finally:
+            if self.current is not None:
+                self._stop_current(best_effort=True)
+            self.host.close()
+
+    def _start_best(self, best: R.ConfigResult) -> ServerHandle | None:
+        trials = {t.number: t for t in self.study.get_trials(deepcopy=False)}
+        t = trials[best.trials[0]]
+        if t.user_attrs.get(R.A_ROLE) == R.BASELINE:
+            config = self.space.baseline_config()
+        else:
+            config = self.space.launch_config(self.space.effective(t.params))
+        self.report.phase("starting the best configuration (--keep-best)")
+        handle = self.manager.start(config, "best")
+        self.current = handle
+        with self.host.forward(config.port, config.bind_host) as url:
+            self.manager.wait_healthy(handle, url, startup_timeout=self.spec.server.startup_timeout,
+                                      hang_timeout=self.spec.server.hang_timeout)
+        self.current = None
+        return handle
+
+
+def config_id_of(handle: ServerHandle) -> str:
+    return hashlib.sha256(handle.identity.encode()).hexdigest()[:12]

@@ -1,0 +1,116 @@
+"""Shared fixtures: a study on the simulated server in a temp dir, the CLI as a
+subprocess, and cleanup of every server a test's sweep recorded (by process group)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sweeper.hosts import free_port
+
+pytest_plugins = ["tests.sshd"]
+
+ROOT = Path(__file__).resolve().parent.parent
+SIM_LAUNCHER = "{python} -m sweeper.sim --sim-profile demo --sim-seed 7 --sim-startup-seconds 0.3"
+
+
+def demo_study_data(tmp: Path, **overrides: Any) -> dict[str, Any]:
+    """A small study on the demo profile of the simulator, everything under ``tmp``."""
+    data: dict[str, Any] = {
+        "name": "t",
+        "storage": f"sqlite:///{tmp / 't.db'}",
+        "hosts": [{"ssh": "local", "workdir": str(tmp / "host")}],
+        "server": {
+            "launcher": SIM_LAUNCHER,
+            "port": free_port(),
+            "startup_timeout": "30s",
+            "hang_timeout": "4s",
+            "stop_grace": "5s",
+            "args": {"model-path": "sim/demo-model", "tp-size": 4,
+                     "speculative-algorithm": "EAGLE3",
+                     "speculative-draft-model-path": "sim/demo-eagle3"},
+        },
+        "baseline": True,
+        "space": {
+            "speculative-num-steps": {"int": [1, 6]},
+            "speculative-eagle-topk": {"choices": [1, 2, 4]},
+            "speculative-num-draft-tokens": {"int": [2, 16]},
+            "env.NCCL_ALGO": {"choices": ["unset", "Ring", "Tree"]},
+        },
+        "start_from": [{"speculative-num-steps": 5, "speculative-eagle-topk": 1,
+                        "speculative-num-draft-tokens": 6}],
+        "benchmark": {"api": "chat", "max_tokens": 60, "runs": 2, "warmup": 1},
+        "sweep": {"seed": 3, "n_startup_trials": 4},
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    return data
+
+
+@pytest.fixture
+def make_study(tmp_path: Path) -> Callable[..., Path]:
+    def make(**overrides: Any) -> Path:
+        data = demo_study_data(tmp_path, **overrides)
+        path = tmp_path / f"{data['name']}.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        return path
+    return make
+
+
+def recorded_pgids(db: Path) -> set[int]:
+    """Process groups of every server a sweep recorded in a study database."""
+    if not db.exists():
+        return set()
+    pgids: set[int] = set()
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        rows = conn.execute("SELECT value_json FROM trial_user_attributes WHERE key='server'")
+        kept = conn.execute("SELECT value_json FROM study_user_attributes "
+                            "WHERE key='sweeper:kept_server'")
+        for (value,) in [*rows, *kept]:
+            with contextlib.suppress(Exception):
+                pgids.add(int(json.loads(value)["pgid"]))
+    return pgids
+
+
+def kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture(autouse=True)
+def _stop_recorded_servers(tmp_path: Path) -> Iterator[None]:
+    """Whatever a test does, no server it started outlives it."""
+    yield
+    for db in tmp_path.glob("*.db"):
+        for pgid in recorded_pgids(db):
+            kill_group(pgid)
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The real command, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "sweeper", *args], cwd=cwd or ROOT,
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "COLUMNS": "200", **(env or {})})

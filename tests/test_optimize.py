@@ -1,0 +1,177 @@
+"""`sweeper optimize` end to end: the real CLI, the simulator as a real process over
+real HTTP, a real SQLite file."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+import optuna
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+from sweeper.hosts import free_port
+from sweeper.sim import expected_throughput
+
+from .conftest import group_alive, kill_group, recorded_pgids, run_cli
+
+
+def load(db: Path, name: str = "t") -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
+
+
+def finished(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    return [t for t in study.get_trials() if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+
+
+def failing_point(kind: str, tp: int = 4) -> dict[str, int]:
+    """A configuration of the demo space the simulator's ground truth says fails with
+    ``kind`` (found, not hard-coded, so the test follows the profile)."""
+    base = {"model-path": "m", "tp-size": tp, "speculative-algorithm": "EAGLE3"}
+    for topk in (4, 2, 1):
+        for steps in range(6, 0, -1):
+            for draft in range(16, 1, -1):
+                if topk == 1 and draft != steps + 1:
+                    continue
+                if topk > 1 and draft > steps * topk + 1:
+                    continue
+                args = {**base, "speculative-num-steps": steps, "speculative-eagle-topk": topk,
+                        "speculative-num-draft-tokens": draft}
+                if expected_throughput("demo", args, {}).failure == kind:
+                    return {"speculative-num-steps": steps, "speculative-eagle-topk": topk,
+                            "speculative-num-draft-tokens": draft}
+    pytest.skip(f"the demo profile has no {kind} configuration in this space")
+
+
+def test_sweep_records_every_trial(make_study, tmp_path: Path) -> None:
+    study_file = make_study()
+    proc = run_cli("optimize", "--study", str(study_file), "--trials", "6")
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert "SIMULATED" in proc.stdout
+    assert "Best:" in proc.stdout
+    study = load(tmp_path / "t.db")
+    done = finished(study)
+    assert len(done) == 6
+    trials = sorted(study.get_trials(), key=lambda t: t.number)
+    # the baseline first: the same server without any speculative flag
+    base = trials[0]
+    assert base.user_attrs["role"] == "baseline" and base.state == TrialState.COMPLETE
+    assert "speculative" not in base.user_attrs["launch"]["command"]
+    # then the user's start_from point, exactly
+    first = trials[1]
+    assert first.user_attrs["role"] == "start_from"
+    assert first.user_attrs["effective"]["speculative-num-steps"] == 5
+    assert "--speculative-num-draft-tokens 6" in first.user_attrs["launch"]["command"]
+    for t in done:
+        ua = t.user_attrs
+        assert ua["launch"]["command"].startswith(ua["launch"]["command"].split()[0])
+        if t.state == TrialState.COMPLETE:
+            assert len(ua["tok_s_runs"]) == 2
+            assert ua["tok_s_min"] <= ua["tok_s_mean"] <= ua["tok_s_max"]
+            assert ua["startup_s"] >= 0
+            assert t.value == pytest.approx(sum(ua["tok_s_runs"]) / 2)
+        else:
+            assert t.constraints == {"failed": 1.0}
+            assert ua["failure"] in ("oom", "nccl", "hang", "crash", "invalid_args",
+                                     "startup_timeout")
+    speculative = [t for t in done if t.state == TrialState.COMPLETE and t.number > 0]
+    assert all("speedup" in t.user_attrs for t in speculative)
+    # no server is left running at the end
+    assert not any(group_alive(p) for p in recorded_pgids(tmp_path / "t.db"))
+
+
+def test_resume_adds_more_finished_trials(make_study, tmp_path: Path) -> None:
+    study_file = make_study()
+    assert run_cli("optimize", "--study", str(study_file), "--trials", "3").returncode == 0
+    proc = run_cli("optimize", "--study", str(study_file), "--trials", "2")
+    assert proc.returncode == 0, proc.stderr
+    study = load(tmp_path / "t.db")
+    assert len(finished(study)) == 5
+    roles = [t.user_attrs.get("role") for t in study.get_trials()]
+    assert roles.count("baseline") == 1  # the second run did not enqueue it again
+
+
+def test_configuration_failure_is_pruned_and_never_restarted(make_study,
+                                                             tmp_path: Path) -> None:
+    oom = failing_point("oom")
+    study_file = make_study(start_from=[oom, oom], baseline=False)
+    proc = run_cli("optimize", "--study", str(study_file), "--trials", "2")
+    assert proc.returncode == 0, proc.stderr
+    study = load(tmp_path / "t.db")
+    t0, t1 = sorted(finished(study), key=lambda t: t.number)
+    assert t0.state == TrialState.PRUNED and t0.user_attrs["failure"] == "oom"
+    assert t0.constraints == {"failed": 1.0}
+    assert "out of memory" in t0.user_attrs["log_tail"].lower()
+    # the same configuration again: recorded as known to fail, without a restart
+    assert t1.state == TrialState.PRUNED and t1.user_attrs.get("skipped_known_failure")
+    assert "server" not in t1.user_attrs
+
+
+def test_export_round_trip_is_accepted_by_the_launcher(make_study, tmp_path: Path) -> None:
+    study_file = make_study()
+    assert run_cli("optimize", "--study", str(study_file), "--trials", "4").returncode == 0
+    out = tmp_path / "best.yaml"
+    proc = run_cli("export", "--study", str(study_file), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "launch:" in proc.stdout and "--config" in proc.stdout
+    data = yaml.safe_load(out.read_text())
+    assert all("_" not in k and not k.startswith("-") for k in data)
+    assert all(not isinstance(v, dict) for v in data.values())
+    # SGLang's launcher (here its test double, which implements the same --config
+    # rules) accepts the file as is
+    import subprocess
+    import sys
+
+    port = free_port()
+    env_file = out.with_suffix(".env")
+    env = {}
+    if env_file.exists():
+        for line in env_file.read_text().splitlines():
+            key, _, value = line.removeprefix("export ").partition("=")
+            env[key] = value.strip("'")
+    import os
+
+    proc = subprocess.Popen([sys.executable, "-m", "sweeper.sim", "--config", str(out),
+                             "--port", str(port), "--sim-startup-seconds", "0.2"],
+                            env={**os.environ, **env}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        info = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                r = httpx.get(f"http://127.0.0.1:{port}/get_server_info", timeout=1)
+                if r.status_code == 200:
+                    info = r.json()
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        assert info is not None, f"the launcher refused the export (exit {proc.poll()})"
+        for key, value in data.items():
+            if key in ("port",):
+                continue
+            assert str(info[key.replace("-", "_")]) == str(value), key
+    finally:
+        kill_group(proc.pid)
+        proc.wait(timeout=10)
+
+
+def test_keep_best_leaves_the_best_server_running(make_study, tmp_path: Path) -> None:
+    study_file = make_study()
+    proc = run_cli("optimize", "--study", str(study_file), "--trials", "3", "--keep-best")
+    assert proc.returncode == 0, proc.stderr
+    assert "left running" in proc.stdout
+    port = yaml.safe_load(study_file.read_text())["server"]["port"]
+    assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
+
+
+def test_status_shows_trials_and_best(make_study) -> None:
+    study_file = make_study()
+    assert run_cli("optimize", "--study", str(study_file), "--trials", "3").returncode == 0
+    proc = run_cli("status", "--study", str(study_file))
+    assert proc.returncode == 0, proc.stderr
+    assert "baseline" in proc.stdout and "Best:" in proc.stdout
+    assert "SIMULATED" in proc.stdout

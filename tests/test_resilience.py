@@ -1,0 +1,148 @@
+"""A sweep survives anything and loses nothing (issue 6), with the real parts:
+the CLI as a subprocess, the simulator, SQLite."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from .conftest import ROOT, group_alive, recorded_pgids, run_cli
+
+
+def load(db: Path) -> optuna.Study:
+    return optuna.load_study(study_name="t", storage=f"sqlite:///{db}")
+
+
+def wait_for(cond, timeout: float, what: str):  # noqa: ANN001, ANN201
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def running_trial_with_server(db: Path):  # noqa: ANN201
+    """A RUNNING trial whose server is up (the sweeper is mid-trial)."""
+    if not db.exists():
+        return None
+    try:
+        trials = load(db).get_trials(states=(TrialState.RUNNING,))
+    except Exception:  # the study may not exist yet
+        return None
+    for t in trials:
+        server = t.user_attrs.get("server")
+        if server and group_alive(server["pgid"]):
+            return t
+    return None
+
+
+def start_sweep(study_file: Path, trials: int) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "sweeper", "optimize", "--study",
+                             str(study_file), "--trials", str(trials)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def test_kill_9_mid_trial_then_resume_loses_nothing(make_study, tmp_path: Path) -> None:
+    # long enough runs that the kill lands mid-benchmark
+    study_file = make_study(benchmark={"max_tokens": 400, "runs": 3, "warmup": 1})
+    db = tmp_path / "t.db"
+    proc = start_sweep(study_file, 4)
+    try:
+        victim = wait_for(lambda: running_trial_with_server(db), 60, "a trial mid-way")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    orphan = victim.user_attrs["server"]["pgid"]
+    assert group_alive(orphan), "the server outlives a kill -9 of the sweeper"
+    before = {t.number for t in load(db).get_trials()
+              if t.state in (TrialState.COMPLETE, TrialState.PRUNED)}
+
+    again = run_cli("optimize", "--study", str(study_file), "--trials", "4", timeout=240)
+    assert again.returncode == 0, again.stderr + again.stdout
+    assert "resuming" in again.stdout
+    assert not group_alive(orphan), "the resumed sweep stopped the orphaned server"
+    study = load(db)
+    trials = {t.number: t for t in study.get_trials()}
+    assert trials[victim.number].state == TrialState.FAIL
+    assert trials[victim.number].user_attrs["failure"] == "interrupted"
+    retry = [t for t in trials.values() if t.user_attrs.get("retry_of") == victim.number]
+    assert len(retry) == 1 and retry[0].params == victim.params
+    assert retry[0].state in (TrialState.COMPLETE, TrialState.PRUNED)
+    done = [t for t in trials.values() if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert len(done) == 4, "the same command finished the requested 4 trials"
+    assert before <= {t.number for t in done}, "nothing measured was lost"
+    assert not any(group_alive(p) for p in recorded_pgids(db))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_stops_server_and_requeues(make_study, tmp_path: Path, sig: int) -> None:
+    study_file = make_study(benchmark={"max_tokens": 400, "runs": 3, "warmup": 1})
+    db = tmp_path / "t.db"
+    proc = start_sweep(study_file, 3)
+    try:
+        victim = wait_for(lambda: running_trial_with_server(db), 60, "a trial mid-way")
+        os.kill(proc.pid, sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130
+    assert "Resume with: sweeper optimize" in err
+    study = load(db)
+    t = next(t for t in study.get_trials() if t.number == victim.number)
+    assert t.state == TrialState.FAIL and t.user_attrs["failure"] == "interrupted"
+    waiting = study.get_trials(states=(TrialState.WAITING,))
+    assert any(w.params == victim.params and w.user_attrs.get("retry_of") == victim.number
+               for w in waiting)
+    assert not group_alive(victim.user_attrs["server"]["pgid"])
+
+
+def test_port_held_by_a_stranger_fails_retries_then_stops(make_study, tmp_path: Path) -> None:
+    study_file = make_study(sweep={"max_retries": 1, "seed": 3})
+    import yaml
+
+    port = yaml.safe_load(study_file.read_text())["server"]["port"]
+    with socket.socket() as stranger:
+        stranger.bind(("127.0.0.1", port))
+        stranger.listen()
+        proc = run_cli("optimize", "--study", str(study_file), "--trials", "3")
+    assert proc.returncode == 1
+    assert f"port {port}" in proc.stderr and "resume" in proc.stderr
+    study = load(tmp_path / "t.db")
+    failed = study.get_trials(states=(TrialState.FAIL,))
+    assert len(failed) == 2 and all(t.user_attrs["failure"] == "port_busy" for t in failed)
+    assert not study.get_trials(states=(TrialState.COMPLETE,))
+    # the configuration stays queued for the resume
+    assert study.get_trials(states=(TrialState.WAITING,))
+
+
+def test_secrets_reach_the_server_but_nothing_written(make_study, tmp_path: Path) -> None:
+    secret = "hf_sekrit_4242"
+    study_file = make_study(server={"env": {"HF_TOKEN": secret, "NCCL_DEBUG": "WARN"}})
+    proc = run_cli("optimize", "--study", str(study_file), "--trials", "2", "--keep-best")
+    assert proc.returncode == 0, proc.stderr
+    kept = load(tmp_path / "t.db").user_attrs["sweeper:kept_server"]["pgid"]
+    environ = Path(f"/proc/{kept}/environ").read_bytes().split(b"\0")
+    assert f"HF_TOKEN={secret}".encode() in environ, "the server process gets the secret"
+    out = tmp_path / "best.yaml"
+    assert run_cli("export", "--study", str(study_file), "-o", str(out)).returncode == 0
+    written = [tmp_path / "t.db", out, out.with_suffix(".env")]
+    written += [p for p in tmp_path.rglob("*") if p.is_file() and "artifacts" in str(p)]
+    for path in written:
+        assert secret.encode() not in path.read_bytes(), path
+    assert secret not in proc.stdout + proc.stderr
+    assert "HF_TOKEN" in out.with_suffix(".env").read_text()
