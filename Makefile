@@ -23,7 +23,7 @@ sshd:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openssh-server >/dev/null; }
 
 test: $(STAMP) sshd
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check sweeper tests bench

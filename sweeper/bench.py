@@ -89,6 +89,7 @@ class BenchSpec:
     # Transport retries per request: at most this many attempts, within this many seconds.
     max_attempts: int = 3
     retry_budget_s: float = 60.0
+    retry_wait_s: float = 0.5  # first back-off; doubles per attempt, capped at 5 s
 
     def __post_init__(self) -> None:
         problems = []
@@ -784,7 +785,7 @@ class _Runner:
         retrying = Retrying(
             stop=stop_before_delay(self.spec.retry_budget_s)
             | stop_after_attempt(self.spec.max_attempts),
-            wait=wait_exponential(multiplier=0.5, min=0.2, max=5),
+            wait=wait_exponential(multiplier=self.spec.retry_wait_s, max=5),
             retry=retry_if_exception_type(_Retryable),
             reraise=True,
         )

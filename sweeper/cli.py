@@ -6,6 +6,7 @@ stderr naming the file, key or host; nothing written or started), 130 interrupte
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -20,8 +21,17 @@ from .errors import InputError, SweeperError
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Find the fastest speculative-decoding configuration for an SGLang "
                        "server, automatically.")
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+
+
+def _console(stderr: bool = False) -> Console:
+    console = Console(stderr=stderr, highlight=False, soft_wrap=True)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = 160  # a log file or a pipe: do not fold tables at 80 columns
+    return console
+
+
+out = _console()
+err = _console(stderr=True)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -91,6 +101,9 @@ def optimize(
     from .report import print_summary
     from .sweep import Sweep, SweepAborted, SweepOptions
 
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # we report trials ourselves
     spec = _load(study)
     opts = SweepOptions(trials=trials, timeout=timeout, storage=storage, sampler=sampler,
                         seed=seed, keep_best=keep_best)
@@ -247,11 +260,11 @@ def trust_host(host: Annotated[str, typer.Argument(help="~/.ssh/config alias or 
     from .ssh import trust_host as record
 
     target = parse_target(host)
-    key_type, fingerprint, _ = fetch_host_key(target)
+    key_type, fingerprint, key = fetch_host_key(target)
     out.print(f"{host}: {key_type} key SHA256:{fingerprint.removeprefix('SHA256:')}")
     if not yes and not typer.confirm("Trust this key?", default=False):
         raise typer.Exit(1)
-    out.print(record(target), markup=False)
+    out.print(record(target, key=key), markup=False)  # the key the user saw, not a refetch
 
 
 def main() -> None:

@@ -83,7 +83,7 @@ def run_confirm(sweep: Sweep, top: int, runs: int, rounds: int = 2) -> ConfirmOu
             sweep.report.phase(f"confirm round {rnd + 1}/{rounds}: {label}")
             result, startup_s, _ = sweep.measure(cand.config, f"confirm-{cand.result.config_id}"
                                                  f"-{rnd}", bench_spec=bench)
-            ok_runs = [r.tok_s for r in result.runs if r.ok]
+            ok_runs = [r.tok_s for r in result.runs if r.counted]
             cand.runs.extend(ok_runs)
             for idx, text in _texts(result).items():
                 cand.texts.setdefault(idx, text)

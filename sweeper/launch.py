@@ -8,6 +8,7 @@ YAML that ``python -m sglang.launch_server --config FILE`` loads.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shlex
@@ -112,6 +113,11 @@ class LaunchConfig:
         (replicates). Port and host are where it runs, not what it is."""
         args = {k: v for k, v in self.args.items() if k not in ("port", "host")}
         return json.dumps({"args": args, "env": self.env}, sort_keys=True, default=str)
+
+    def config_id(self) -> str:
+        """A short hash of identity(): names the configuration without exposing its
+        values (the environment may hold secrets)."""
+        return hashlib.sha256(self.identity().encode()).hexdigest()[:12]
 
     def sglang_yaml(self) -> str:
         """YAML for ``sglang.launch_server --config``: dashed keys, presence flags as

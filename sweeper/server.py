@@ -34,7 +34,7 @@ class ServerHandle:
     bind_host: str
     log_path: str
     exit_path: str
-    identity: str
+    config_id: str
     started_at: float
 
     def to_attrs(self) -> dict[str, object]:
@@ -54,8 +54,15 @@ class ServerManager:
 
     def __init__(self, host: Host, workdir: str, python: str) -> None:
         self.host = host
-        self.workdir = host.makedirs(workdir)
+        self._workdir_spec = workdir
+        self._workdir: str | None = None  # created on the first start, not before
         self.python = python
+
+    @property
+    def workdir(self) -> str:
+        if self._workdir is None:
+            self._workdir = self.host.makedirs(self._workdir_spec)
+        return self._workdir
 
     # --- start / stop ---------------------------------------------------------
     def start(self, config: LaunchConfig, tag: str) -> ServerHandle:
@@ -68,7 +75,7 @@ class ServerManager:
         pgid = self.host.start_detached(config.argv(self.python), env=config.env,
                                         cwd=self.workdir, log_path=log_path, exit_path=exit_path)
         return ServerHandle(self.host.name, pgid, config.port, config.bind_host, log_path,
-                            exit_path, config.identity(), time.time())
+                            exit_path, config.config_id(), time.time())
 
     def stop(self, handle: ServerHandle, grace: float = 15.0, port_timeout: float = 30.0) -> None:
         """Stop the server's process group (TERM, then KILL) and wait for its port."""

@@ -44,6 +44,14 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
                          "study's storage key") from exc
 
 
+def storage_exists(url: str) -> bool:
+    """False only when a file-backed storage has no file yet (nothing to read)."""
+    for prefix in ("sqlite:///", "journal://"):
+        if url.startswith(prefix):
+            return Path(url[len(prefix):]).exists()
+    return True
+
+
 def _engine_kwargs(url: str) -> dict[str, Any]:
     if url.startswith("sqlite"):
         # A dashboard or `sweeper status` may read while the sweep writes: wait for the

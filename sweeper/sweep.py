@@ -17,7 +17,6 @@ found on the next start, their servers stopped, and their parameters enqueued ag
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import signal
@@ -36,10 +35,18 @@ import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from . import results as R
-from .bench import BenchResult, BenchSpec, run_benchmark
-from .errors import ConfigurationFailure, InfrastructureError, InputError, SweeperError
+from .bench import BenchmarkError, BenchResult, BenchSpec, run_benchmark
+from .errors import (
+    ConfigurationFailure,
+    InfrastructureError,
+    InputError,
+    PortBusy,
+    PreflightError,
+    SweeperError,
+)
 from .hosts import Host, LocalHost
 from .launch import LaunchConfig, redact_env
+from .preflight import preflight
 from .progress import NullReporter, Reporter
 from .server import ServerHandle, ServerManager
 from .space import SearchSpace
@@ -50,6 +57,7 @@ from .storage import (
     existing_study,
     open_storage,
     space_signature,
+    storage_exists,
 )
 from .study import StudySpec
 
@@ -98,10 +106,6 @@ class SweepSummary:
     resumed_from: int = 0
 
 
-def config_id(config: LaunchConfig) -> str:
-    return hashlib.sha256(config.identity().encode()).hexdigest()[:12]
-
-
 def make_sampler(name: str, seed: int | None, n_startup: int) -> optuna.samplers.BaseSampler:
     """TPE with multivariate + group: conditional parameters (one name per branch) are
     modelled jointly within each branch; constant_liar keeps parallel workers apart."""
@@ -127,6 +131,17 @@ def open_host(spec: StudySpec) -> tuple[Host, str]:
     from .ssh import SSHHost
 
     return SSHHost(hspec.ssh), hspec.python or "python3"
+
+
+def _owned_pgids(study: optuna.Study) -> set[int]:
+    """Process groups of servers this study's sweeps started and may have left behind."""
+    pgids = {int(t.user_attrs[A_SERVER]["pgid"])
+             for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+             if t.user_attrs.get(A_SERVER)}
+    kept = study.user_attrs.get(KEPT_ATTR)
+    if kept:
+        pgids.add(int(kept["pgid"]))
+    return pgids
 
 
 def _pid_alive(pid: int) -> bool:
@@ -182,23 +197,40 @@ class Sweep:
     # --- set-up -------------------------------------------------------------------
     def open(self, require_existing: bool = False) -> optuna.Study:
         """Everything that can refuse the study runs before anything is written."""
+        sampler = make_sampler(self.options.sampler or self.spec.sweep.sampler,
+                               self.options.seed if self.options.seed is not None
+                               else self.spec.sweep.seed, self.spec.sweep.n_startup_trials)
         if self._host is None:
             self._host, self._python = open_host(self.spec)
         self.host = self._host
         self.python = self._python or sys.executable
         hspec = self.spec.hosts[0]
         self.manager = ServerManager(self.host, hspec.workdir, self.python)
-        storage = open_storage(self.storage_url)
+        try:
+            self.host.check_alive()
+        except InfrastructureError as exc:
+            raise InputError(f"{self.spec.path}: hosts[0].ssh: {hspec.ssh}: {exc}; check the "
+                             "address, your ~/.ssh/config and that the node is up") from exc
+        # An existing study may own a server on the port (a kept or orphaned one): read it
+        # first. A storage that does not exist yet is not created before preflight passes.
+        storage = open_storage(self.storage_url) if storage_exists(self.storage_url) else None
+        study = existing_study(storage, self.spec.name) if storage is not None else None
         signature = space_signature(self.space.distributions())
-        study = existing_study(storage, self.spec.name)
         if study is not None:
             check_space(study, signature, str(self.spec.path), self.storage_url)
         elif require_existing:
             raise InputError(f"{self.spec.path}: no study {self.spec.name!r} in "
                              f"{self.storage_url} yet; run `sweeper optimize` first")
-        sampler = make_sampler(self.options.sampler or self.spec.sweep.sampler,
-                               self.options.seed if self.options.seed is not None
-                               else self.spec.sweep.seed, self.spec.sweep.n_startup_trials)
+        if not require_existing:
+            try:
+                self.preflight = preflight(
+                    self.host, LaunchConfig(self.spec.server.launcher).launcher_argv(self.python),
+                    self.space.emitted_flags(), self.spec.server.port, self.spec.server.host,
+                    owned_pgids=_owned_pgids(study) if study is not None else frozenset())
+            except PortBusy as exc:  # before the first restart, a busy port is the user's to fix
+                raise PreflightError(str(exc)) from exc
+        if storage is None:
+            storage = open_storage(self.storage_url)
         study = optuna.create_study(storage=storage, study_name=self.spec.name,
                                     direction="maximize", sampler=sampler, load_if_exists=True)
         if SPACE_ATTR not in study.user_attrs:
@@ -329,7 +361,7 @@ class Sweep:
         else:
             effective = self.space.suggest(trial)
             config = self.space.launch_config(effective)
-        cid = config_id(config)
+        cid = config.config_id()
         trial.set_user_attr(R.A_ROLE, role)
         trial.set_user_attr(R.A_CONFIG_ID, cid)
         trial.set_user_attr(R.A_EFFECTIVE, effective)
@@ -348,9 +380,15 @@ class Sweep:
                        f"trial {known[0]})")
             return "skipped"
         try:
-            result, startup_s, handle = self.measure(
-                config, f"trial-{trial.number:04d}",
-                on_start=lambda h: trial.set_user_attr(A_SERVER, h.to_attrs()))
+            try:
+                result, startup_s, handle = self.measure(
+                    config, f"trial-{trial.number:04d}",
+                    on_start=lambda h: trial.set_user_attr(A_SERVER, h.to_attrs()))
+            except BenchmarkError as exc:
+                # the server is up but no run produced the requested tokens: the
+                # configuration's fault (a crash-like failure), not the network's
+                tail = self.manager.log_tail(self.current) if self.current else ""
+                raise ConfigurationFailure("crash", f"benchmark unusable: {exc}", tail) from exc
         except ConfigurationFailure as fail:
             self._stop_current()
             self._known_failures[cid] = (trial.number, fail.kind)
@@ -387,7 +425,7 @@ class Sweep:
         ``on_start`` records the server before waiting, so a kill -9 can find it."""
         spec = self.spec.server
         handle = self.current
-        if handle is not None and handle.identity == config.identity() and \
+        if handle is not None and handle.config_id == config.config_id() and \
                 not self.manager.exited(handle):
             startup_s = 0.0  # the same configuration is still serving: no restart needed
             self.report.phase(f"{self.report_prefix}reusing the running server")
@@ -439,7 +477,7 @@ class Sweep:
 
     def _complete(self, trial: Trial, config: LaunchConfig, result: BenchResult,
                   startup_s: float, handle: ServerHandle) -> None:
-        runs = [r.tok_s for r in result.runs if r.ok]
+        runs = [r.tok_s for r in result.runs if r.counted]
         st = result.stats
         trial.set_constraint("failed", 0.0)
         trial.set_user_attr("constraint_failed", 0.0)
@@ -528,7 +566,7 @@ class Sweep:
             summary.stopped_because != "interrupted"
         try:
             if keep and self.current is not None and \
-                    config_id_of(self.current) == summary.best.config_id:
+                    self.current.config_id == summary.best.config_id:
                 summary.kept_server = self.current
                 self.current = None
             else:
@@ -558,7 +596,3 @@ class Sweep:
                                       hang_timeout=self.spec.server.hang_timeout)
         self.current = None
         return handle
-
-
-def config_id_of(handle: ServerHandle) -> str:
-    return hashlib.sha256(handle.identity.encode()).hexdigest()[:12]

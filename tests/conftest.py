@@ -92,11 +92,14 @@ def kill_group(pgid: int) -> None:
 
 
 def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    """A live (non-zombie) process in the group. kill(0) would also see zombies, which
+    linger when a server's SSH session parent is killed and init is slow to reap."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            state, _ppid, pgrp = stat.read_text().rsplit(")", 1)[1].split()[:3]
+            if int(pgrp) == pgid and state != "Z":
+                return True
+    return False
 
 
 @pytest.fixture(autouse=True)

@@ -152,7 +152,7 @@ PROMPTS = PromptSet(
 
 def spec(**kw: Any) -> BenchSpec:
     base: dict[str, Any] = dict(
-        max_tokens=8, runs=2, warmup=0, retry_budget_s=3.0, stall_timeout=5.0
+        max_tokens=8, runs=2, warmup=0, retry_budget_s=3.0, retry_wait_s=0.05, stall_timeout=5.0
     )
     base.update(kw)
     return BenchSpec(**base)

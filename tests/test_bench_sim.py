@@ -43,10 +43,23 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log = tmp_path_factory.mktemp("sim") / "sim.log"
     flags = [tok for k, v in ARGS.items() for tok in (f"--{k}", str(v))]
     cmd = [
-        sys.executable, "-m", "sweeper.sim", "--model-path", "m", "--port", str(port),
-        "--sim-profile", "demo", "--sim-seed", "3", "--sim-noise", "0",
-        "--sim-startup-seconds", "0.5", *flags,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "sweeper.sim",
+        "--model-path",
+        "m",
+        "--port",
+        str(port),
+        "--sim-profile",
+        "demo",
+        "--sim-seed",
+        "3",
+        "--sim-noise",
+        "0",
+        "--sim-startup-seconds",
+        "0.5",
+        *flags,
+    ]
     with open(log, "wb") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
@@ -94,10 +107,11 @@ def test_chat_against_simulator_matches_ground_truth(sim: str) -> None:
 
 
 def test_generate_against_simulator_reports_acceptance(sim: str) -> None:
-    tok_s, accept = _expected()
-    spec = BenchSpec(api="generate", max_tokens=500, runs=2, warmup=0)
+    _, accept = _expected()
+    # 200 tokens keep the test fast; the tok/s ground truth is for 500 (checked over chat)
+    spec = BenchSpec(api="generate", max_tokens=200, runs=2, warmup=0)
     res = run_benchmark(sim, spec)
-    assert res.stats.mean == pytest.approx(tok_s, rel=0.02)
+    assert res.n_errors == 0 and res.n_short == 0
     assert res.accept_length_source == "generate_meta"
     assert res.accept_length == pytest.approx(accept, rel=0.1)
     if res.per_position_acceptance is not None:

@@ -13,7 +13,11 @@ from pathlib import Path
 
 import optuna
 import pytest
+import yaml
 from optuna.trial import TrialState
+
+from sweeper.study import load_study
+from sweeper.sweep import Sweep, SweepAborted, SweepOptions
 
 from .conftest import ROOT, group_alive, recorded_pgids, run_cli
 
@@ -32,8 +36,11 @@ def wait_for(cond, timeout: float, what: str):  # noqa: ANN001, ANN201
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def running_trial_with_server(db: Path):  # noqa: ANN201
-    """A RUNNING trial whose server is up (the sweeper is mid-trial)."""
+def running_trial_with_server(db: Path, proc: subprocess.Popen[str]):  # noqa: ANN201
+    """A RUNNING trial whose server is streaming (the sweeper is mid-benchmark)."""
+    if proc.poll() is not None:
+        out, err = proc.communicate()
+        raise AssertionError(f"the sweeper exited early ({proc.returncode}): {out}{err}")
     if not db.exists():
         return None
     try:
@@ -42,7 +49,9 @@ def running_trial_with_server(db: Path):  # noqa: ANN201
         return None
     for t in trials:
         server = t.user_attrs.get("server")
-        if server and group_alive(server["pgid"]):
+        log = Path(server["log_path"]) if server else None
+        if log and log.exists() and "Decode batch" in log.read_text() and \
+                group_alive(server["pgid"]):
             return t
     return None
 
@@ -60,7 +69,7 @@ def test_kill_9_mid_trial_then_resume_loses_nothing(make_study, tmp_path: Path) 
     db = tmp_path / "t.db"
     proc = start_sweep(study_file, 4)
     try:
-        victim = wait_for(lambda: running_trial_with_server(db), 60, "a trial mid-way")
+        victim = wait_for(lambda: running_trial_with_server(db, proc), 60, "a trial mid-way")
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
     finally:
@@ -94,7 +103,7 @@ def test_interrupt_stops_server_and_requeues(make_study, tmp_path: Path, sig: in
     db = tmp_path / "t.db"
     proc = start_sweep(study_file, 3)
     try:
-        victim = wait_for(lambda: running_trial_with_server(db), 60, "a trial mid-way")
+        victim = wait_for(lambda: running_trial_with_server(db, proc), 60, "a trial mid-way")
         os.kill(proc.pid, sig)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -111,23 +120,40 @@ def test_interrupt_stops_server_and_requeues(make_study, tmp_path: Path, sig: in
     assert not group_alive(victim.user_attrs["server"]["pgid"])
 
 
-def test_port_held_by_a_stranger_fails_retries_then_stops(make_study, tmp_path: Path) -> None:
-    study_file = make_study(sweep={"max_retries": 1, "seed": 3})
-    import yaml
-
+def test_port_busy_at_start_is_refused_before_anything(make_study, tmp_path: Path) -> None:
+    study_file = make_study()
     port = yaml.safe_load(study_file.read_text())["server"]["port"]
     with socket.socket() as stranger:
         stranger.bind(("127.0.0.1", port))
         stranger.listen()
         proc = run_cli("optimize", "--study", str(study_file), "--trials", "3")
-    assert proc.returncode == 1
-    assert f"port {port}" in proc.stderr and "resume" in proc.stderr
+    assert proc.returncode == 2
+    assert f"port {port}" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "t.db").exists()
+
+
+def test_port_taken_mid_sweep_fails_retries_then_stops(make_study, tmp_path: Path) -> None:
+    spec = load_study(str(make_study(sweep={"max_retries": 1, "seed": 3})))
+    sweep = Sweep(spec, SweepOptions(trials=3))
+    sweep.open()  # preflight saw a free port
+    with socket.socket() as stranger:  # ... then a stranger takes it
+        stranger.bind(("127.0.0.1", spec.server.port))
+        stranger.listen()
+        with pytest.raises(SweepAborted, match=f"port {spec.server.port}"):
+            sweep.run()
     study = load(tmp_path / "t.db")
     failed = study.get_trials(states=(TrialState.FAIL,))
-    assert len(failed) == 2 and all(t.user_attrs["failure"] == "port_busy" for t in failed)
-    assert not study.get_trials(states=(TrialState.COMPLETE,))
-    # the configuration stays queued for the resume
-    assert study.get_trials(states=(TrialState.WAITING,))
+    assert all(t.user_attrs["failure"] == "port_busy" for t in failed)
+    # the baseline failed, was retried once (max_retries 1), failed again: stop there
+    baseline = [t for t in failed if t.user_attrs["role"] == "baseline"]
+    assert len(baseline) == 2 and baseline[1].user_attrs["retry_of"] == baseline[0].number
+    assert not study.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED))
+    # every failed configuration stays queued for the resume, which then measures it
+    queued = study.get_trials(states=(TrialState.WAITING,))
+    assert {t.user_attrs["retry_of"] for t in queued} == {baseline[1].number} | {
+        t.number for t in failed if t.user_attrs["role"] != "baseline"}
+    assert run_cli("optimize", "--study", str(spec.path), "--trials", "1").returncode == 0
+    assert load(tmp_path / "t.db").get_trials(states=(TrialState.COMPLETE,))
 
 
 def test_secrets_reach_the_server_but_nothing_written(make_study, tmp_path: Path) -> None:

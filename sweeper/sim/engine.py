@@ -14,6 +14,7 @@ import queue
 import random
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,6 +187,14 @@ class Engine:
             self._stop.wait(remaining)
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        except Exception:
+            # like SGLang: log it and stop serving (handlers see the engine stopped)
+            self.log.raw("Scheduler hit an exception: " + traceback.format_exc())
+            self.stop()
+
+    def _loop(self) -> None:
         clock = time.monotonic()
         forward_ct = 0
         window = _Window()
@@ -201,7 +210,10 @@ class Engine:
             if self._stop.is_set():
                 break
             if not running:
-                clock = time.monotonic()  # idle until now: the timeline restarts here
+                # idle: the timeline restarts when the request arrived, not when this thread
+                # got to run, so a late wake-up does not slow the request down
+                now = time.monotonic()
+                clock = max(clock, min((r.arrival for r in new), default=now))
             if new:
                 factor = sum(r.time_factor for r in new) / len(new)
                 duration = model.prefill_ms(self.profile, self.cfg, len(new)) * factor / 1000.0
@@ -212,6 +224,11 @@ class Engine:
                     break
                 for req in new:
                     self._emit(req, 1)
+                self.log.info(
+                    f"Prefill batch. #new-seq: {len(new)}, "
+                    f"#new-token: {sum(r.prompt_tokens for r in new)}, #cached-token: 0, "
+                    f"token usage: 0.00, #running-req: {len(running)}, #queue-req: {queued},"
+                )
                 with self._cond:
                     self._running.extend(r for r in new if r.produced < r.limit and not r.cancelled)
                 continue

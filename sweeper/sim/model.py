@@ -114,7 +114,9 @@ def _opt_int(args: Mapping[str, Any], key: str) -> int | None:
     try:
         return int(value)
     except (TypeError, ValueError):
-        raise InvalidArgs(f"argument --{key}: invalid int value: {value!r}", "ValueError")
+        raise InvalidArgs(
+            f"argument --{key}: invalid int value: {value!r}", "ValueError"
+        ) from None
 
 
 def _flag(args: Mapping[str, Any], key: str) -> bool:
@@ -516,7 +518,8 @@ def expected_throughput(
     "speculative-num-draft-tokens": 3}``), ``env`` the server's environment (NCCL_*).
     SGLang's adjustments apply (topk == 1 forces draft tokens = steps + 1).
     ``tok_s`` is what a client measures per request: 500 completion tokens over the
-    end-to-end time (prefill included), with ``concurrency`` requests decoding together.
+    end-to-end time (prefill included), with ``concurrency`` requests decoding together
+    (capped at --max-running-requests: the rest would queue).
     The simulated server paces tokens with the same schedule, so over HTTP with
     ``--sim-noise 0`` it matches within timer/HTTP overhead.
 
@@ -524,7 +527,7 @@ def expected_throughput(
     ...     "speculative-num-steps": 2, "speculative-eagle-topk": 1,
     ...     "speculative-num-draft-tokens": 3})
     >>> round(e.tok_s), round(e.accept_length, 2), e.failure
-    (94, 1.9, None)
+    (93, 1.9, None)
     """
     prof = load_profile(profile)
     try:

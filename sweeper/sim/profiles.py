@@ -160,8 +160,22 @@ def load_profile(name_or_path: str | Path | Profile) -> Profile:
                 "or a path to a profile YAML file"
             )
     try:
+        key = (str(path.resolve()), path.stat().st_mtime_ns)
+        if key not in _CACHE:
+            # ground-truth sweeps call this thousands of times: parse each file once
+            _CACHE[key] = _parse(path)
+        return _CACHE[key]
+    except OSError as exc:
+        raise ProfileError(f"{path}: cannot read profile: {exc}") from exc
+
+
+_CACHE: dict[tuple[str, int], Profile] = {}
+
+
+def _parse(path: Path) -> Profile:
+    try:
         data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
+    except yaml.YAMLError as exc:
         raise ProfileError(f"{path}: cannot read profile: {exc}") from exc
     if not isinstance(data, dict):
         raise ProfileError(f"{path}: a profile is a YAML mapping")

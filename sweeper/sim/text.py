@@ -5,7 +5,15 @@ from __future__ import annotations
 import hashlib
 import random
 
-_WORDS = ["the", "model", "decodes", "tokens", "while", "a", "small", "draft", "proposes", "several", "and", "the", "target", "verifies", "them", "in", "one", "forward", "pass", "so", "accepted", "tokens", "arrive", "together", "and", "latency", "falls", "when", "the", "draft", "agrees", "often", "enough", "to", "pay", "for", "its", "own", "cost", "on", "every", "cycle", "of", "the", "server", "which", "streams", "results", "back", "to", "clients", "over", "HTTP", "as", "events", "with", "usage", "counted", "at", "the", "end", "kernels", "graphs", "memory", "cache", "batch", "request", "scheduler", "tensor", "parallel", "ranks", "exchange", "partial", "sums", "through", "collective", "operations", "over", "links", "between", "devices"]
+_VOCABULARY = (
+    "the model decodes tokens while a small draft proposes several and the target verifies "
+    "them in one forward pass so accepted tokens arrive together and latency falls when the "
+    "draft agrees often enough to pay for its own cost on every cycle of the server which "
+    "streams results back to clients over HTTP as events with usage counted at the end "
+    "kernels graphs memory cache batch request scheduler tensor parallel ranks exchange "
+    "partial sums through collective operations over links between devices"
+)
+_WORDS = tuple(_VOCABULARY.split())
 
 
 def prompt_seed(prompt: str) -> int:

@@ -1,0 +1,71 @@
+"""Shared helpers for the simulator tests: spawn servers that are always cleaned up."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from sweeper.sim.harness import SimProcess, http_get
+
+FAST = ["--sim-startup-seconds", "0.05"]
+EAGLE = [
+    "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "draft",
+    "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+    "--speculative-num-draft-tokens", "4",
+]
+
+Spawn = Callable[..., SimProcess]
+
+
+def spawner(tmp_path: Path) -> Iterator[Spawn]:
+    """Yield a function starting SimProcess servers; kill every one of them afterwards."""
+    started: list[SimProcess] = []
+
+    def spawn(args: Sequence[str], env: dict[str, str] | None = None) -> SimProcess:
+        sim = SimProcess(list(args), env=env, log_dir=tmp_path)
+        started.append(sim)
+        return sim.start()
+
+    try:
+        yield spawn
+    finally:
+        for sim in started:
+            sim.kill()
+
+
+@pytest.fixture
+def spawn(tmp_path: Path) -> Iterator[Spawn]:
+    yield from spawner(tmp_path)
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll with a bounded deadline; never a bare sleep as synchronisation."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def wait_http_up(sim: SimProcess, timeout: float = 10.0) -> None:
+    wait_for(lambda: http_get(sim.url + "/get_model_info")[0] == 200, timeout, "HTTP up")
+
+
+def sse_events(port: int, path: str, body: dict) -> list[str]:
+    """POST a streaming request; the ``data:`` payloads, de-chunked by http.client."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.status == 200
+        assert resp.getheader("Content-Type") == "text/event-stream"
+        raw = resp.read().decode()
+    finally:
+        conn.close()
+    return [line[6:] for line in raw.split("\n") if line.startswith("data: ")]

@@ -1,0 +1,132 @@
+"""The real loop over SSH: a real OpenSSH server on loopback, the simulator started
+detached through it, the benchmark through an SSH tunnel, a real SQLite file."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from sweeper.study import parse_study
+from sweeper.sweep import Sweep, SweepOptions
+
+from .conftest import demo_study_data, group_alive, recorded_pgids
+from .test_optimize import failing_point
+
+HANG = {"speculative-num-steps": 2, "speculative-eagle-topk": 1,
+        "speculative-num-draft-tokens": 3, "speculative-draft-tp-size": 1,
+        "env.NCCL_ALGO": "NVLSTree"}
+
+
+def ssh_study(tmp_path: Path, **overrides):  # noqa: ANN003, ANN201
+    data = demo_study_data(tmp_path, **overrides)
+    data["hosts"] = [{"ssh": "gpu-test", "python": sys.executable,
+                      "workdir": str(tmp_path / "remote")}]
+    return parse_study(data, tmp_path / "t.yaml")
+
+
+def load(tmp_path: Path) -> optuna.Study:
+    return optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 't.db'}")
+
+
+def test_sweep_over_ssh_classifies_oom_and_hang(sshd, tmp_path: Path) -> None:
+    oom = failing_point("oom", max_steps=4)
+    space = {"speculative-num-steps": {"int": [1, 4]},
+             "speculative-eagle-topk": {"choices": [1, 2, 4]},
+             "speculative-num-draft-tokens": {"int": [2, 16]},
+             "speculative-draft-tp-size": {"choices": [1, 4]},
+             "env.NCCL_ALGO": {"choices": ["unset", "Ring", "NVLSTree"]}}
+    oom = {**oom, "speculative-draft-tp-size": 4, "env.NCCL_ALGO": "unset"}
+    spec = ssh_study(tmp_path, space=space, start_from=[oom, HANG],
+                     server={"hang_timeout": "3s"})
+    host = sshd.ssh_host("gpu-test")
+    summary = Sweep(spec, SweepOptions(trials=4), host=host, python=sys.executable).run()
+    assert summary.finished == 4
+    study = load(tmp_path)
+    by_number = {t.number: t for t in study.get_trials()}
+    assert by_number[0].user_attrs["role"] == "baseline"
+    assert by_number[0].state == TrialState.COMPLETE
+    assert by_number[1].state == TrialState.PRUNED
+    assert by_number[1].user_attrs["failure"] == "oom"
+    assert by_number[2].state == TrialState.PRUNED
+    assert by_number[2].user_attrs["failure"] == "hang"
+    assert by_number[3].state in (TrialState.COMPLETE, TrialState.PRUNED)
+    # the servers ran on the "remote" side, logged in the study's workdir there
+    assert by_number[0].user_attrs["server"]["host"] == host.name
+    assert by_number[0].user_attrs["server"]["log_path"].startswith(str(tmp_path / "remote"))
+    assert not any(group_alive(p) for p in recorded_pgids(tmp_path / "t.db"))
+
+
+def test_server_killed_mid_benchmark_is_a_crash_within_2s(sshd, tmp_path: Path) -> None:
+    good = {"speculative-num-steps": 2, "speculative-eagle-topk": 1,
+            "speculative-num-draft-tokens": 3}
+    spec = ssh_study(tmp_path, baseline=False, start_from=[good],
+                     benchmark={"max_tokens": 2000, "runs": 3, "warmup": 0})
+    host = sshd.ssh_host("gpu-test")
+    sweep = Sweep(spec, SweepOptions(trials=1), host=host, python=sys.executable)
+    sweep.open()
+    killed_at: list[float] = []
+
+    def killer() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for t in load(tmp_path).get_trials(states=(TrialState.RUNNING,)):
+                server = t.user_attrs.get("server")
+                log = Path(server["log_path"]) if server else None
+                # serving and streaming: the decode log line has appeared
+                if log and log.exists() and "Decode batch" in log.read_text():
+                    killed_at.append(time.time())
+                    os.killpg(server["pgid"], signal.SIGKILL)
+                    return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    sweep.run()
+    thread.join(timeout=5)
+    assert killed_at, "the server was never seen streaming"
+    trial = load(tmp_path).get_trials()[0]
+    assert trial.state == TrialState.PRUNED
+    assert trial.user_attrs["failure"] == "crash"
+    assert trial.datetime_complete.timestamp() - killed_at[0] < 2.0
+
+
+def test_ssh_cut_mid_trial_retries_and_loses_nothing(sshd, tmp_path: Path) -> None:
+    spec = ssh_study(tmp_path, benchmark={"max_tokens": 300, "runs": 2, "warmup": 1})
+    host = sshd.ssh_host("gpu-test")
+    sweep = Sweep(spec, SweepOptions(trials=3), host=host, python=sys.executable)
+    sweep.open()
+    cut: list[int] = []
+
+    def cutter() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            running = load(tmp_path).get_trials(states=(TrialState.RUNNING,))
+            if running and running[0].number >= 1 and running[0].user_attrs.get("server"):
+                log = Path(running[0].user_attrs["server"]["log_path"])
+                if log.exists() and "Decode batch" in log.read_text():
+                    sshd.kill_sessions()
+                    cut.append(running[0].number)
+                    return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=cutter, daemon=True)
+    thread.start()
+    summary = sweep.run()
+    thread.join(timeout=5)
+    assert cut, "the connection was never cut mid-trial"
+    assert summary.finished == 3
+    study = load(tmp_path)
+    for t in study.get_trials(states=(TrialState.FAIL,)):
+        # an infrastructure fault: retried with the same parameters
+        assert t.user_attrs["failure"] in ("ssh_lost", "bench_transport", "host_unreachable")
+        assert any(r.user_attrs.get("retry_of") == t.number and r.params == t.params
+                   for r in study.get_trials())
+    assert not study.get_trials(states=(TrialState.RUNNING, TrialState.WAITING))
+    assert not any(group_alive(p) for p in recorded_pgids(tmp_path / "t.db"))
