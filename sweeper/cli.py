@@ -18,7 +18,9 @@ from rich.console import Console
 
 from .errors import InputError, SweeperError
 
+# No locals in tracebacks: they could show a secret from the study's environment.
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  pretty_exceptions_show_locals=False,
                   help="Find the fastest speculative-decoding configuration for an SGLang "
                        "server, automatically.")
 
@@ -91,17 +93,19 @@ def optimize(
     seed: Annotated[int | None, typer.Option(help="Sampler seed.")] = None,
     keep_best: Annotated[bool, typer.Option("--keep-best", help="Leave the best configuration "
                                                                 "running at the end.")] = False,
-    confirm: Annotated[int, typer.Option("--confirm", help="End with a confirm phase over the "
-                                                          "top K configurations.")] = 0,
+    confirm: Annotated[int | None, typer.Option(
+        "--confirm", min=0, help="End with a confirm phase over the top K configurations "
+                                 "(default: the study's sweep.confirm_top).")] = None,
     fresh: Annotated[bool, typer.Option("--fresh", help="Delete this study's trials in the "
                                                         "storage first (demo use).")] = False,
 ) -> None:
     """Run the sweep: restart SGLang with each proposed configuration and benchmark it."""
+    import optuna
+
+    from . import results as R
     from .progress import ConsoleReporter
     from .report import print_summary
     from .sweep import Sweep, SweepAborted, SweepOptions
-
-    import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # we report trials ourselves
     spec = _load(study)
@@ -132,9 +136,11 @@ def optimize(
         print_summary(out, sweep.summary)
         err.print(f"error: sweep stopped: {exc}", markup=False, soft_wrap=True)
         raise typer.Exit(1) from None
+    confirm = spec.sweep.confirm_top if confirm is None else confirm
     if confirm > 0 and summary.stopped_because != "interrupted":
         _confirm(sweep, confirm, spec.sweep.confirm_runs, reporter)
-        summary.best = sweep.best()
+        v = R.verdict(sweep.study, spec.benchmark.objective)
+        summary.best, summary.baseline = v.best, v.baseline
     reporter.close()
     print_summary(out, summary)
 

@@ -74,7 +74,7 @@ def print_status(console: Console, spec: StudySpec, storage_url: str,
         st = summarize(runs) if runs else None
         speed = R.fmt_tok_s(st) if st else "-"
         vs = R.fmt_ratio(R.speedup_over(R.ConfigResult("", {}, "", runs=list(runs)), base)) \
-            if runs and ua.get(R.A_ROLE) != R.BASELINE else ("1.00×" if runs else "-")
+            if runs and ua.get(R.A_ROLE) != R.BASELINE else ("baseline" if runs else "-")
         acc = f"{ua[R.A_ACCEPT]:.2f}" if ua.get(R.A_ACCEPT) else "-"
         note = ua.get(R.A_FAILURE, "")
         if ua.get(R.A_SKIPPED):
@@ -87,7 +87,8 @@ def print_status(console: Console, spec: StudySpec, storage_url: str,
         label = R.short_params(ua.get(R.A_EFFECTIVE, {})) if R.A_EFFECTIVE in ua else (
             "(queued)" if t.state == TrialState.WAITING else "-")
         table.add_row(str(t.number), state, label, speed, acc, vs,
-                      f"{ua[R.A_STARTUP]:.0f}" if ua.get(R.A_STARTUP) else "-", note)
+                      f"{ua[R.A_STARTUP]:.1f}" if ua.get(R.A_STARTUP) is not None else "-",
+                      note + (" (confirm)" if ua.get("confirm") else ""))
     console.print(table)
     if limit is not None and len(trials) > limit:
         console.print(f"[dim]({len(trials) - limit} earlier trials hidden; --all shows them)[/]")
@@ -97,10 +98,10 @@ def print_status(console: Console, spec: StudySpec, storage_url: str,
     if started:
         console.print(f"[dim]first trial started {started:%Y-%m-%d %H:%M}; "
                       f"now {dt.datetime.now():%H:%M}[/]")
-    best = R.best_result(study, spec.benchmark.objective, trials)
-    for line in _best_lines(best, base):
+    v = R.verdict(study, spec.benchmark.objective, trials)
+    for line in _best_lines(v.best, v.baseline):
         console.print(line)
-    if study.user_attrs.get(R.CONFIRMED_ATTR):
-        console.print("[dim](best = winner of the confirm phase)[/]")
+    if v.confirmed:
+        console.print("[dim](the winner of the confirm phase, on its fresh interleaved runs)[/]")
     if study.user_attrs.get(R.SIMULATED_ATTR):
         console.print(SIM_NOTE)

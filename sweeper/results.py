@@ -96,17 +96,35 @@ def ranked(results: Sequence[ConfigResult], objective: str = "mean") -> list[Con
     return sorted(results, key=lambda r: r.objective(objective), reverse=True)
 
 
+@dataclass
+class Verdict:
+    """The best configuration and the baseline it is compared with. After a confirm
+    phase both come from its fresh, interleaved runs only: the sweep's own figures for
+    the leader are biased upward (it leads *because* some of its runs were high)."""
+
+    best: ConfigResult | None
+    baseline: ConfigResult | None
+    confirmed: bool
+
+
+def verdict(study: optuna.Study, objective: str = "mean",
+            trials: Sequence[FrozenTrial] | None = None) -> Verdict:
+    trials = trials if trials is not None else study.get_trials(deepcopy=False)
+    confirmed = study.user_attrs.get(CONFIRMED_ATTR)
+    if confirmed:
+        fresh = config_results([t for t in trials if t.user_attrs.get("confirm")])
+        winner = next((r for r in fresh if r.config_id == confirmed.get("winner")), None)
+        if winner is not None:
+            return Verdict(winner, baseline_result(fresh), True)
+    results = config_results(trials)
+    top = ranked(results, objective)
+    return Verdict(top[0] if top else None, baseline_result(results), False)
+
+
 def best_result(study: optuna.Study, objective: str = "mean",
                 trials: Sequence[FrozenTrial] | None = None) -> ConfigResult | None:
     """The confirmed winner when a confirm phase ran, else the best pooled configuration."""
-    results = config_results(trials if trials is not None else study.get_trials(deepcopy=False))
-    confirmed = study.user_attrs.get(CONFIRMED_ATTR)
-    if confirmed:
-        winner = next((r for r in results if r.config_id == confirmed.get("winner")), None)
-        if winner is not None:
-            return winner
-    top = ranked(results, objective)
-    return top[0] if top else None
+    return verdict(study, objective, trials).best
 
 
 def speedup_over(result: ConfigResult, base: ConfigResult | None) -> Ratio | None:

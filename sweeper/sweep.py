@@ -192,6 +192,7 @@ class Sweep:
         self.summary = SweepSummary(spec.name, self.storage_url,
                                     simulated="sweeper.sim" in spec.server.launcher)
         self.current: ServerHandle | None = None
+        self.report_prefix = ""
         self._known_failures: dict[str, tuple[int, str]] = {}
 
     # --- set-up -------------------------------------------------------------------
@@ -537,9 +538,6 @@ class Sweep:
             optuna.artifacts.upload_artifact(artifact_store=self.artifacts,
                                              file_path=str(path), study_or_trial=trial)
 
-    def best(self) -> R.ConfigResult | None:
-        return R.best_result(self.study, self.bench_spec.objective)
-
     def stop_server(self) -> None:
         """Stop the server this sweep started, if any (Ctrl-C paths, confirm)."""
         self._stop_current(best_effort=True)
@@ -548,7 +546,7 @@ class Sweep:
     def _stop_current(self, best_effort: bool = False) -> None:
         if self.current is None:
             return
-        self.report.phase(f"{getattr(self, 'report_prefix', '')}stopping the server")
+        self.report.phase(f"{self.report_prefix}stopping the server")
         try:
             self.manager.stop(self.current, grace=self.spec.server.stop_grace)
         except InfrastructureError:
@@ -560,8 +558,8 @@ class Sweep:
         summary = self.summary
         with contextlib.suppress(Exception):
             trials = self.study.get_trials(deepcopy=False)
-            summary.best = R.best_result(self.study, self.bench_spec.objective, trials)
-            summary.baseline = R.baseline_result(R.config_results(trials))
+            v = R.verdict(self.study, self.bench_spec.objective, trials)
+            summary.best, summary.baseline = v.best, v.baseline
         keep = self.options.keep_best and summary.best is not None and \
             summary.stopped_because != "interrupted"
         try:
