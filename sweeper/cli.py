@@ -208,10 +208,24 @@ def bench(
     prompt_set = load_prompts(prompts)
     progress = (lambda m: None) if as_json else (lambda m: err.print(f"[dim]{m}[/]"))
     result = run_benchmark(url.rstrip("/"), spec, on_progress=progress, prompts=prompt_set)
+    simulated = _is_simulated(url.rstrip("/"))
     if as_json:
-        print(json.dumps(result.to_dict(), indent=2, default=str))
+        print(json.dumps({**result.to_dict(), "simulated": simulated}, indent=2, default=str))
     else:
         out.print(format_table(result))
+        if simulated:
+            out.print("[dim]This server is the SIMULATED SGLang server (a test double): these "
+                      "figures are not measurements of real hardware.[/]")
+
+
+def _is_simulated(url: str) -> bool:
+    """The simulator says what it is in /get_model_info; real SGLang does not."""
+    import httpx
+
+    try:
+        return bool(httpx.get(f"{url}/get_model_info", timeout=5).json().get("simulated"))
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return False
 
 
 @app.command()
