@@ -187,14 +187,15 @@ def analyze_real(study_path: Path, urls: dict[int, str]) -> list[SeedSummary]:
 
 
 # --------------------------------------------------------------------------- emulation
-def analyze_emulated(study_path: Path, profile: str | None, seeds: list[int]) -> list[SeedSummary]:
-    from search_efficiency import TPE, GroundTruth, emulate
+def analyze_emulated(study_path: Path, profile: str | None, seeds: list[int],
+                     strategy: str = "sweeper (TPE)") -> list[SeedSummary]:
+    from search_efficiency import GroundTruth, emulate
 
     spec = load_study(str(study_path))
     truth = GroundTruth(spec, profile or sim_profile(spec.server.launcher))
     out = []
     for seed in seeds:
-        recs = emulate(spec, truth, TPE, seed, max_trials=TRIALS)
+        recs = emulate(spec, truth, strategy, seed, max_trials=TRIALS)
         rows = [Row(r.index, r.failure is not None, r.skipped, r.failure,
                     r.effective.get("env.NCCL_ALGO") if r.effective else None) for r in recs]
         pick = recs[-1].pick if recs else None
@@ -252,14 +253,17 @@ def main() -> None:
     ap.add_argument("--emulate", action="store_true", help="in-process emulation, no servers")
     ap.add_argument("--n-seeds", type=int, default=30, help="with --emulate: seeds 0..N-1")
     ap.add_argument("--profile", default=None, help="with --emulate: simulator profile")
+    ap.add_argument("--random", action="store_true",
+                    help="with --emulate: RandomSampler instead of the study's TPE (reference)")
     args = ap.parse_args()
     t0 = time.monotonic()
     print("ALL FIGURES: SIMULATED SGLang server (sweeper.sim, a test double), not real hardware.")
     if args.emulate:
         seeds = list(range(args.n_seeds))
-        print(f"in-process emulation of {args.study}: TPE as configured, {TRIALS} trials, "
-              f"{len(seeds)} seeds")
-        summaries = analyze_emulated(args.study, args.profile, seeds)
+        strategy = "random" if args.random else "sweeper (TPE)"
+        print(f"in-process emulation of {args.study}: {strategy}, {TRIALS} trials, "
+              f"{len(seeds)} seeds (no servers)")
+        summaries = analyze_emulated(args.study, args.profile, seeds, strategy)
         report(summaries, detail=len(seeds) <= 12)
     else:
         workdir = args.dir or Path(tempfile.mkdtemp(prefix="failure-rate-"))

@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from sweeper.hosts import free_port  # noqa: E402
+from tests.conftest import streaming_trial  # noqa: E402
 from tests.sshd import make_sshd  # noqa: E402
 
 TRIALS = 20
@@ -59,21 +60,6 @@ def study_file(tmp: Path) -> Path:
     path = tmp / "faults.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
-
-
-def streaming_trial(db: Path) -> optuna.trial.FrozenTrial | None:
-    """The RUNNING trial, once its server logs decode steps (mid-benchmark)."""
-    try:
-        running = optuna.load_study(study_name="faults", storage=f"sqlite:///{db}").get_trials(
-            states=(TrialState.RUNNING,))
-    except Exception:
-        return None
-    for t in running:
-        server = t.user_attrs.get("server")
-        if server and Path(server["log_path"]).exists() and \
-                "Decode batch" in Path(server["log_path"]).read_text(errors="replace"):
-            return t
-    return None
 
 
 def alive(pgid: int) -> bool:
@@ -105,7 +91,7 @@ def main() -> int:
         plan = [("crash", 3), ("ssh_drop", 7), ("kill -9", 11)]
         while plan and proc.poll() is None:
             kind, at = plan[0]
-            t = streaming_trial(db)
+            t = streaming_trial(db, name="faults")
             if t is not None and t.number >= at:
                 if kind == "crash":
                     os.killpg(t.user_attrs["server"]["pgid"], signal.SIGKILL)

@@ -10,10 +10,13 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
+import optuna
 import pytest
 import yaml
 
@@ -109,6 +112,50 @@ def _stop_recorded_servers(tmp_path: Path) -> Iterator[None]:
     for db in tmp_path.glob("*.db"):
         for pgid in recorded_pgids(db):
             kill_group(pgid)
+
+
+def wait_for(cond: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll ``cond`` until it returns something truthy, within a bounded deadline."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def streaming_trial(db: Path, name: str = "t", min_number: int = 0) -> Any:
+    """The RUNNING trial (number >= min_number) whose server is alive and has logged
+    decode steps: the sweeper is mid-benchmark. None otherwise."""
+    if not db.exists():
+        return None
+    try:
+        running = optuna.load_study(study_name=name, storage=f"sqlite:///{db}").get_trials(
+            states=(optuna.trial.TrialState.RUNNING,))
+    except Exception:  # the study or its tables may not exist yet
+        return None
+    for t in running:
+        server = t.user_attrs.get("server")
+        log = Path(server["log_path"]) if server else None
+        if t.number >= min_number and log and log.exists() and \
+                "Decode batch" in log.read_text(errors="replace") and group_alive(server["pgid"]):
+            return t
+    return None
+
+
+def wait_http_ok(url: str, timeout: float, proc: subprocess.Popen[Any] | None = None
+                 ) -> httpx.Response:
+    """GET ``url`` until it answers 200; fail early if ``proc`` (the server) exits."""
+    def attempt() -> httpx.Response | None:
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the server exited ({proc.returncode}) before {url} was up")
+        try:
+            r = httpx.get(url, timeout=2)
+        except httpx.HTTPError:
+            return None
+        return r if r.status_code == 200 else None
+    return wait_for(attempt, timeout, url)
 
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300,

@@ -6,14 +6,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
 from sweeper.hosts import free_port
 
-from .conftest import ROOT, run_cli
+from .conftest import ROOT, run_cli, wait_http_ok
 
 
 def test_dashboard_serves_the_study_on_loopback(make_study, tmp_path: Path) -> None:
@@ -25,19 +24,9 @@ def test_dashboard_serves_the_study_on_loopback(make_study, tmp_path: Path) -> N
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
     try:
-        deadline = time.monotonic() + 30
-        studies = None
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                # /api/studies, not /static/bundle.js (which 500s without Accept-Encoding)
-                r = httpx.get(f"http://127.0.0.1:{port}/api/studies", timeout=2)
-                if r.status_code == 200:
-                    studies = r.json()["study_summaries"]
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        assert studies is not None, proc.stdout.read().decode() if proc.poll() is not None else ""
+        # /api/studies, not /static/bundle.js (which 500s without Accept-Encoding)
+        studies = wait_http_ok(f"http://127.0.0.1:{port}/api/studies", 30,
+                               proc).json()["study_summaries"]
         assert [s["study_name"] for s in studies] == ["t"]
         detail = httpx.get(f"http://127.0.0.1:{port}/api/studies/{studies[0]['study_id']}",
                            timeout=5).json()

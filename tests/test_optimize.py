@@ -3,7 +3,6 @@ real HTTP, a real SQLite file."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import httpx
@@ -15,7 +14,7 @@ from optuna.trial import TrialState
 from sweeper.hosts import free_port
 from sweeper.sim import expected_throughput
 
-from .conftest import group_alive, kill_group, recorded_pgids, run_cli
+from .conftest import group_alive, kill_group, recorded_pgids, run_cli, wait_http_ok
 
 
 def load(db: Path, name: str = "t") -> optuna.Study:
@@ -143,18 +142,7 @@ def test_export_round_trip_is_accepted_by_the_launcher(make_study, tmp_path: Pat
                             env={**os.environ, **env}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 30
-        info = None
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                r = httpx.get(f"http://127.0.0.1:{port}/get_server_info", timeout=1)
-                if r.status_code == 200:
-                    info = r.json()
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        assert info is not None, f"the launcher refused the export (exit {proc.poll()})"
+        info = wait_http_ok(f"http://127.0.0.1:{port}/get_server_info", 30, proc).json()
         for key, value in data.items():
             if key in ("port",):
                 continue

@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import optuna
@@ -19,41 +18,18 @@ from optuna.trial import TrialState
 from sweeper.study import load_study
 from sweeper.sweep import Sweep, SweepAborted, SweepOptions
 
-from .conftest import ROOT, group_alive, recorded_pgids, run_cli
+from .conftest import ROOT, group_alive, recorded_pgids, run_cli, streaming_trial, wait_for
 
 
 def load(db: Path) -> optuna.Study:
     return optuna.load_study(study_name="t", storage=f"sqlite:///{db}")
 
 
-def wait_for(cond, timeout: float, what: str):  # noqa: ANN001, ANN201
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-def running_trial_with_server(db: Path, proc: subprocess.Popen[str]):  # noqa: ANN201
-    """A RUNNING trial whose server is streaming (the sweeper is mid-benchmark)."""
+def mid_benchmark(db: Path, proc: subprocess.Popen[str]):  # noqa: ANN201
     if proc.poll() is not None:
         out, err = proc.communicate()
         raise AssertionError(f"the sweeper exited early ({proc.returncode}): {out}{err}")
-    if not db.exists():
-        return None
-    try:
-        trials = load(db).get_trials(states=(TrialState.RUNNING,))
-    except Exception:  # the study may not exist yet
-        return None
-    for t in trials:
-        server = t.user_attrs.get("server")
-        log = Path(server["log_path"]) if server else None
-        if log and log.exists() and "Decode batch" in log.read_text() and \
-                group_alive(server["pgid"]):
-            return t
-    return None
+    return streaming_trial(db)
 
 
 def start_sweep(study_file: Path, trials: int) -> subprocess.Popen[str]:
@@ -69,7 +45,7 @@ def test_kill_9_mid_trial_then_resume_loses_nothing(make_study, tmp_path: Path) 
     db = tmp_path / "t.db"
     proc = start_sweep(study_file, 4)
     try:
-        victim = wait_for(lambda: running_trial_with_server(db, proc), 60, "a trial mid-way")
+        victim = wait_for(lambda: mid_benchmark(db, proc), 60, "a trial mid-way")
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
     finally:
@@ -103,7 +79,7 @@ def test_interrupt_stops_server_and_requeues(make_study, tmp_path: Path, sig: in
     db = tmp_path / "t.db"
     proc = start_sweep(study_file, 3)
     try:
-        victim = wait_for(lambda: running_trial_with_server(db, proc), 60, "a trial mid-way")
+        victim = wait_for(lambda: mid_benchmark(db, proc), 60, "a trial mid-way")
         os.kill(proc.pid, sig)
         _, err = proc.communicate(timeout=60)
     finally:

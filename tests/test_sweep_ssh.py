@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 from sweeper.study import parse_study
 from sweeper.sweep import Sweep, SweepOptions
 
-from .conftest import demo_study_data, group_alive, recorded_pgids
+from .conftest import demo_study_data, group_alive, recorded_pgids, streaming_trial, wait_for
 from .test_optimize import failing_point
 
 HANG = {"speculative-num-steps": 2, "speculative-eagle-topk": 1,
@@ -74,17 +74,9 @@ def test_server_killed_mid_benchmark_is_a_crash_within_2s(sshd, tmp_path: Path) 
     killed_at: list[float] = []
 
     def killer() -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            for t in load(tmp_path).get_trials(states=(TrialState.RUNNING,)):
-                server = t.user_attrs.get("server")
-                log = Path(server["log_path"]) if server else None
-                # serving and streaming: the decode log line has appeared
-                if log and log.exists() and "Decode batch" in log.read_text():
-                    killed_at.append(time.time())
-                    os.killpg(server["pgid"], signal.SIGKILL)
-                    return
-            time.sleep(0.05)
+        t = wait_for(lambda: streaming_trial(tmp_path / "t.db"), 60, "a streaming trial")
+        killed_at.append(time.time())
+        os.killpg(t.user_attrs["server"]["pgid"], signal.SIGKILL)
 
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
@@ -105,16 +97,10 @@ def test_ssh_cut_mid_trial_retries_and_loses_nothing(sshd, tmp_path: Path) -> No
     cut: list[int] = []
 
     def cutter() -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            running = load(tmp_path).get_trials(states=(TrialState.RUNNING,))
-            if running and running[0].number >= 1 and running[0].user_attrs.get("server"):
-                log = Path(running[0].user_attrs["server"]["log_path"])
-                if log.exists() and "Decode batch" in log.read_text():
-                    sshd.kill_sessions()
-                    cut.append(running[0].number)
-                    return
-            time.sleep(0.05)
+        t = wait_for(lambda: streaming_trial(tmp_path / "t.db", min_number=1), 60,
+                     "a streaming trial after the baseline")
+        sshd.kill_sessions()
+        cut.append(t.number)
 
     thread = threading.Thread(target=cutter, daemon=True)
     thread.start()
