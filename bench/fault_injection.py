@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from sweeper.hosts import free_port  # noqa: E402
+from tests.conftest import group_alive as alive  # noqa: E402
 from tests.conftest import streaming_trial  # noqa: E402
 from tests.sshd import make_sshd  # noqa: E402
 
@@ -60,14 +61,6 @@ def study_file(tmp: Path) -> Path:
     path = tmp / "faults.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
-
-
-def alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def main() -> int:
@@ -121,7 +114,15 @@ def main() -> int:
     now_complete = {t.number: t.value for t in trials if t.state == TrialState.COMPLETE}
     lost = [n for n, v in seen_complete.items() if now_complete.get(n) != v]
     print("sweeper fault injection (simulated SGLang server over a real loopback sshd)")
-    print(f"faults injected at trials: {injected}")
+    print("faults injected:")
+    states = {t.number: t for t in trials}
+    for kind, number in injected.items():
+        t = states[number]
+        retry = [r.number for r in trials if r.user_attrs.get("retry_of") == number]
+        print(f"  {kind:9s} at trial {number}: {t.state.name.lower()}"
+              + (f" ({t.user_attrs['failure']})" if t.user_attrs.get("failure") else "")
+              + (f", re-run as trial {retry[0]} ({states[retry[0]].state.name.lower()})"
+                 if retry else ""))
     print(f"sweeper exit code: {proc.returncode}" + (f" ({err.strip()[-200:]})"
                                                      if proc.returncode else ""))
     print(f"finished trials {len(finished)}/{TRIALS}")
