@@ -20,7 +20,8 @@ trials 11-40 (the 11th to the 40th finished trial, baseline = 1st, start_from = 
   actually spent on failing configurations and skipped known failures (user attr
   "skipped_known_failure": the sweeper did not restart for them);
 * the rate (failures / 30 trials) and the failure classes;
-* the best configuration found (sweeper's own pick: pooled replicates) against the true
+* the best configuration found (sweeper's own pick: the confirm phase's winner when the
+  study sets sweep.confirm_top, as demo.yaml does, else pooled replicates) against the true
   optimum of the space: ground truth from ``sweeper.sim.expected_throughput`` of the
   trial's recorded launch args/env (env is redacted, but holds only NCCL_* here).
 
@@ -189,7 +190,7 @@ def analyze_real(study_path: Path, urls: dict[int, str]) -> list[SeedSummary]:
 # --------------------------------------------------------------------------- emulation
 def analyze_emulated(study_path: Path, profile: str | None, seeds: list[int],
                      strategy: str = "sweeper (TPE)") -> list[SeedSummary]:
-    from search_efficiency import GroundTruth, emulate
+    from search_efficiency import GroundTruth, confirm_pick, emulate
 
     spec = load_study(str(study_path))
     truth = GroundTruth(spec, profile or sim_profile(spec.server.launcher))
@@ -198,7 +199,8 @@ def analyze_emulated(study_path: Path, profile: str | None, seeds: list[int],
         recs = emulate(spec, truth, strategy, seed, max_trials=TRIALS)
         rows = [Row(r.index, r.failure is not None, r.skipped, r.failure,
                     r.effective.get("env.NCCL_ALGO") if r.effective else None) for r in recs]
-        pick = recs[-1].pick if recs else None
+        # the real CLI ends with the confirm phase when the study sets sweep.confirm_top
+        pick, _ = confirm_pick(recs, truth, seed)
         out.append(summarize(seed, rows, truth.optimum,
                              truth.true_tok_s(pick) if pick else None,
                              recs[-1].pick_measured if recs else None))
