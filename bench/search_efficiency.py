@@ -65,6 +65,7 @@ from optuna.trial import TrialState
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from sweeper.failures import FailureMemory  # noqa: E402
 from sweeper.launch import LaunchConfig  # noqa: E402
 from sweeper.sim import Expectation, expected_throughput, load_profile  # noqa: E402
 from sweeper.sim import model as M  # noqa: E402
@@ -261,18 +262,24 @@ def emulate(spec: StudySpec, truth: GroundTruth, strategy: str, seed: int,
             stop_within: float | None = None) -> list[Record]:
     """One emulated sweep; stops after max_trials finished trials, max_restarts restarts,
     the end of a grid, or (stop_within) once the pick is within that fraction of the
-    optimum. Skipped known failures count as trials, not as restarts."""
+    optimum. Proposals skipped as predicted failures count neither as trials nor as
+    restarts (as in the sweeper)."""
     rng = random.Random(f"{strategy}/{seed}")
     space = truth.space
     records: list[Record] = []
     pool = _Pool()
-    known_fail: dict[str, str] = {}  # config_id -> failure class
+    # the sweeper's own failure memory (exact repeats, failing NCCL values, larger-than-
+    # OOM); a grid never repeats a configuration, and the peers it stands for predict nothing
+    memory = FailureMemory()
     current: str | None = None
     restarts = 0
     cap = max_trials or 4 * (max_restarts or 10**6)
 
     def done() -> bool:
-        if len(records) >= cap or (max_restarts is not None and restarts >= max_restarts):
+        # like the sweeper's --trials: proposals skipped as known failures do not count
+        counted = sum(1 for r in records if not r.skipped)
+        if counted >= cap or len(records) >= 20 * cap or \
+                (max_restarts is not None and restarts >= max_restarts):
             return True
         if stop_within is not None and pool.best is not None:
             return truth.true_tok_s(pool.best) >= (1 - stop_within) * truth.optimum
@@ -280,15 +287,16 @@ def emulate(spec: StudySpec, truth: GroundTruth, strategy: str, seed: int,
 
     def run_config(cid: str, role: str, eff: dict[str, Any]) -> tuple[str | None, float | None]:
         nonlocal current, restarts
-        if cid in known_fail:
+        predicted = memory.predict(cid, eff) if strategy != GRID else None
+        if predicted is not None:
             records.append(Record(len(records) + 1, role, cid, eff, False, True,
-                                  known_fail[cid], None, restarts, pool.best))
-            return known_fail[cid], None
+                                  predicted.kind, None, restarts, pool.best))
+            return predicted.kind, None
         restart = current != cid
         restarts += restart
         conf = truth.configs[cid]
+        memory.add(len(records) + 1, cid, eff, conf.truth.failure)
         if conf.truth.failure is not None:
-            known_fail[cid] = conf.truth.failure
             current = None
             records.append(Record(len(records) + 1, role, cid, eff, restart, False,
                                   conf.truth.failure, None, restarts, pool.best))

@@ -39,9 +39,10 @@ def _best_lines(best: R.ConfigResult | None, base: R.ConfigResult | None) -> lis
 
 def print_summary(console: Console, s: SweepSummary) -> None:
     pruned = ", ".join(f"{k} {v}" for k, v in sorted(s.pruned.items())) or "none"
-    console.print(f"\nSweep of {s.study!r} ended ({s.stopped_because}): {s.finished} finished "
-                  f"({s.complete} measured, pruned: {pruned}; {s.skipped} of them skipped as "
-                  f"known failures), {s.failed} failed, {s.retried} queued again"
+    console.print(f"\nSweep of {s.study!r} ended ({s.stopped_because}): {s.finished} trials "
+                  f"restarted the server ({s.complete} measured, failed by configuration: "
+                  f"{pruned}), {s.failed} infrastructure failures ({s.retried} queued again); "
+                  f"{s.skipped} proposals skipped without a restart as known failures"
                   + (f", {s.reconciled} recovered from an earlier run" if s.reconciled else ""))
     for line in _best_lines(s.best, s.baseline):
         console.print(line)

@@ -44,6 +44,7 @@ from .errors import (
     PreflightError,
     SweeperError,
 )
+from .failures import FailureMemory
 from .hosts import Host, LocalHost
 from .launch import LaunchConfig, redact_env
 from .preflight import preflight
@@ -133,6 +134,17 @@ def open_host(spec: StudySpec) -> tuple[Host, str]:
     return SSHHost(hspec.ssh), hspec.python or "python3"
 
 
+SKIP_LIMIT_FACTOR = 10
+
+
+def finished_count(study: optuna.Study) -> int:
+    """Trials that cost a restart and ended (measured or failed on the server); the
+    proposals skipped as known failures cost nothing and do not count."""
+    return sum(1 for t in study.get_trials(deepcopy=False,
+                                           states=(TrialState.COMPLETE, TrialState.PRUNED))
+               if not t.user_attrs.get(R.A_SKIPPED) and not t.user_attrs.get("confirm"))
+
+
 def _owned_pgids(study: optuna.Study) -> set[int]:
     """Process groups of servers this study's sweeps started and may have left behind."""
     pgids = {int(t.user_attrs[A_SERVER]["pgid"])
@@ -193,7 +205,7 @@ class Sweep:
                                     simulated="sweeper.sim" in spec.server.launcher)
         self.current: ServerHandle | None = None
         self.report_prefix = ""
-        self._known_failures: dict[str, tuple[int, str]] = {}
+        self.memory = FailureMemory()
 
     # --- set-up -------------------------------------------------------------------
     def open(self, require_existing: bool = False) -> optuna.Study:
@@ -302,10 +314,12 @@ class Sweep:
         if not hasattr(self, "study"):
             self.open()
         self.summary.reconciled = self.reconcile()
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.PRUNED,)):
-            if R.A_CONFIG_ID in t.user_attrs and t.user_attrs.get(R.A_FAILURE):
-                self._known_failures.setdefault(t.user_attrs[R.A_CONFIG_ID],
-                                                (t.number, t.user_attrs[R.A_FAILURE]))
+        for t in self.study.get_trials(deepcopy=False,
+                                       states=(TrialState.COMPLETE, TrialState.PRUNED)):
+            ua = t.user_attrs
+            if R.A_CONFIG_ID in ua and not ua.get(R.A_SKIPPED) and not ua.get("confirm"):
+                self.memory.add(t.number, ua[R.A_CONFIG_ID], ua.get(R.A_EFFECTIVE, {}),
+                                ua.get(R.A_FAILURE) if t.state == TrialState.PRUNED else None)
         deadline = time.monotonic() + self.options.timeout if self.options.timeout else None
         consecutive = 0
         self._set_budget()
@@ -316,7 +330,14 @@ class Sweep:
                         self.summary.stopped_because = "timeout"
                         break
                     outcome = self._one_trial()
-                    consecutive = 0 if outcome in ("complete", "skipped") else consecutive + 1
+                    if outcome == "skipped":
+                        if self.summary.skipped > SKIP_LIMIT_FACTOR * self._todo + 100:
+                            raise SweepAborted(
+                                f"the sampler proposed {self.summary.skipped} configurations "
+                                "known to fail; the space left may be too small or mostly "
+                                "failing: narrow the space in the study file")
+                        continue
+                    consecutive = 0 if outcome == "complete" else consecutive + 1
                     if consecutive >= self.spec.sweep.max_consecutive_failures:
                         raise SweepAborted(
                             f"{consecutive} trials in a row failed; the last: "
@@ -333,8 +354,7 @@ class Sweep:
     def _set_budget(self) -> None:
         """--trials N means N more finished trials, except when the same command resumes
         a sweep that was killed or interrupted: then it goes on to that sweep's target."""
-        done = sum(1 for t in self.study.get_trials(
-            deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+        done = finished_count(self.study)
         old = self.study.user_attrs.get(TARGET_ATTR) or {}
         owner_alive = old.get("machine") == socket.gethostname() and \
             _pid_alive(int(old.get("pid", -1))) and int(old.get("pid", -1)) != os.getpid()
@@ -371,14 +391,15 @@ class Sweep:
         trial.set_user_attr(A_OWNER, {"machine": socket.gethostname(), "pid": os.getpid()})
         label = R.short_params(effective)
 
-        known = self._known_failures.get(cid)
-        if known is not None:
-            # The same configuration already failed: no restart wasted on it.
-            self._prune(trial, known[1], f"same configuration failed in trial {known[0]}",
-                        "", skipped=True)
+        predicted = self.memory.predict(cid, effective)
+        if predicted is not None:
+            # Known to fail: no restart wasted on it. Recorded (the sampler learns from
+            # it) but not counted against --trials, which counts restarts.
+            self._prune(trial, predicted.kind, f"predicted: {predicted.reason}", "",
+                        skipped=True)
             self.summary.skipped += 1
-            self._line(trial, label, f"[yellow]skipped[/]: known to fail ({known[1]}, "
-                       f"trial {known[0]})")
+            self._line(trial, label, f"[yellow]skipped, no restart[/]: known to fail "
+                       f"({predicted.kind}: {predicted.reason})")
             return "skipped"
         try:
             try:
@@ -392,7 +413,7 @@ class Sweep:
                 raise ConfigurationFailure("crash", f"benchmark unusable: {exc}", tail) from exc
         except ConfigurationFailure as fail:
             self._stop_current()
-            self._known_failures[cid] = (trial.number, fail.kind)
+            self.memory.add(trial.number, cid, effective, fail.kind)
             self._prune(trial, fail.kind, str(fail), fail.log_tail)
             self._last_failure = f"trial {trial.number}: {fail}"
             self._line(trial, label, f"[red]{fail.kind}[/]: {fail}")
@@ -415,6 +436,7 @@ class Sweep:
             self._requeue(trial, count_attempt=False)
             self.summary.stopped_because = "interrupted"
             raise
+        self.memory.add(trial.number, cid, effective, None)
         self._complete(trial, config, result, startup_s, handle)
         return "complete"
 
@@ -465,8 +487,9 @@ class Sweep:
             trial.set_user_attr("log_tail", log_tail[-4000:])
         self._upload_log(trial)
         self.study.tell(trial, state=TrialState.PRUNED)
-        self.summary.finished += 1
-        self.summary.pruned[kind] += 1
+        if not skipped:
+            self.summary.finished += 1
+            self.summary.pruned[kind] += 1
 
     def _fail(self, trial: Trial, kind: str, message: str) -> None:
         trial.set_user_attr(R.A_FAILURE, kind)

@@ -104,13 +104,16 @@ def test_configuration_failure_is_pruned_and_never_restarted(make_study,
     assert proc.returncode == 0, proc.stderr
     assert "known to fail" in proc.stdout
     study = load(tmp_path / "t.db")
-    t0, t1 = sorted(finished(study), key=lambda t: t.number)
+    t0, t1, t2 = sorted(finished(study), key=lambda t: t.number)
     assert t0.state == TrialState.PRUNED and t0.user_attrs["failure"] == "oom"
     assert t0.constraints == {"failed": 1.0}
     assert "out of memory" in t0.user_attrs["log_tail"].lower()
     # the same configuration again: recorded as known to fail, without a restart
     assert t1.state == TrialState.PRUNED and t1.user_attrs.get("skipped_known_failure")
+    assert t1.constraints == {"failed": 1.0}  # the sampler learns from it too
     assert "server" not in t1.user_attrs
+    # ... and it did not count against --trials 1: one real restart followed
+    assert "server" in t2.user_attrs
 
 
 def test_export_round_trip_is_accepted_by_the_launcher(make_study, tmp_path: Path) -> None:
