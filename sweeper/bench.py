@@ -23,7 +23,6 @@ Typical use::
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import threading
@@ -32,8 +31,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from importlib import resources
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
@@ -46,14 +43,18 @@ from tenacity import (
 )
 
 from sweeper.errors import BenchmarkTransportError, InputError, SweeperError
+from sweeper.promptset import Message, PromptSet, load_prompts, render_plain
+from sweeper.sse import SSEEvent, error_text, iter_sse_events
 from sweeper.stats import Stats, summarize
 
 if TYPE_CHECKING:
     from rich.table import Table
 
-Message = dict[str, str]
 OBJECTIVES = ("mean", "median", "min")
-_ROLES = ("system", "user", "assistant")
+# re-exported: callers import the whole benchmark surface from here
+__all__ = ["BenchResult", "BenchSpec", "BenchmarkError", "Message", "PromptSet", "RequestResult",
+           "RunResult", "SSEEvent", "compare_outputs", "format_table", "iter_sse_events",
+           "load_prompts", "render_plain", "run_benchmark"]
 
 
 class BenchmarkError(SweeperError):
@@ -110,176 +111,6 @@ class BenchSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-# --------------------------------------------------------------------------- prompts
-
-
-@dataclass(frozen=True)
-class PromptSet:
-    """Chat prompts (each a list of messages) and the sha256 of their canonical form."""
-
-    prompts: list[list[Message]]
-    hash: str
-    source: str
-    ids: list[str | None] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.prompts)
-
-
-def _canonical_hash(prompts: list[list[Message]]) -> str:
-    # Only roles and contents count: ids and key order do not change what the server sees.
-    canon = json.dumps(prompts, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canon.encode("utf-8")).hexdigest()
-
-
-def _parse_prompt_line(line: str, where: str) -> tuple[list[Message], str | None]:
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{where}: not valid JSON ({exc.msg})") from None
-    if not isinstance(obj, dict) or not isinstance(obj.get("messages"), list):
-        raise InputError(f'{where}: expected an object with a "messages" list')
-    msgs = obj["messages"]
-    if not msgs:
-        raise InputError(f"{where}: messages is empty")
-    out: list[Message] = []
-    for i, m in enumerate(msgs):
-        if (
-            not isinstance(m, dict)
-            or m.get("role") not in _ROLES
-            or not isinstance(m.get("content"), str)
-        ):
-            raise InputError(
-                f"{where}: messages[{i}] needs a role ({'/'.join(_ROLES)}) and a string content"
-            )
-        out.append({"role": m["role"], "content": m["content"]})
-    if out[-1]["role"] != "user":
-        raise InputError(f"{where}: the last message must be the user's")
-    pid = obj.get("id")
-    return out, (None if pid is None else str(pid))
-
-
-def load_prompts(source: str = "builtin") -> PromptSet:
-    """Load a prompt set: ``"builtin"`` (shipped with sweeper) or a JSONL file path.
-
-    Each line is ``{"messages": [{"role": "user", "content": "..."}], "id": "optional"}``.
-    Raises ``InputError`` naming the file and line on anything malformed.
-    """
-    if source == "builtin":
-        name = "sweeper/prompts/builtin.jsonl"
-        text = resources.files("sweeper").joinpath("prompts/builtin.jsonl").read_text("utf-8")
-    else:
-        name = source
-        try:
-            text = Path(source).read_text("utf-8")
-        except OSError as exc:
-            raise InputError(f"{source}: cannot read prompts ({exc.strerror})") from None
-        except UnicodeDecodeError:
-            raise InputError(f"{source}: prompts file is not UTF-8") from None
-    prompts: list[list[Message]] = []
-    ids: list[str | None] = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        msgs, pid = _parse_prompt_line(line, f"{name}:{lineno}")
-        prompts.append(msgs)
-        ids.append(pid)
-    if not prompts:
-        raise InputError(f"{name}: no prompts")
-    return PromptSet(prompts=prompts, hash=_canonical_hash(prompts), source=source, ids=ids)
-
-
-def render_plain(messages: Sequence[Message]) -> str:
-    """Messages as plain text for /generate, which takes raw text and applies no chat
-    template. A simple transcript keeps the same content in front of the model."""
-    parts = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
-    return "\n\n".join(parts) + "\n\nAssistant:"
-
-
-# --------------------------------------------------------------------------- SSE
-
-
-@dataclass(frozen=True)
-class SSEEvent:
-    """One server-sent event: ``data`` (a JSON object), ``done`` ([DONE]) or ``error``."""
-
-    kind: Literal["data", "done", "error"]
-    data: dict[str, Any] | None = None
-    message: str | None = None
-
-
-def _error_text(obj: dict[str, Any]) -> str | None:
-    """The message of an error payload (OpenAI ``{"object": "error", "message"}`` or SGLang's
-    ``{"error": {"message"}}`` / ``{"error": "..."}``); None for a normal chunk."""
-    if obj.get("object") == "error":
-        return str(obj.get("message") or obj.get("detail") or "error")
-    err = obj.get("error")
-    if err:
-        if isinstance(err, dict):
-            return str(err.get("message") or err)
-        return str(err)
-    return None
-
-
-def _to_event(payload: str, event_name: str | None) -> SSEEvent:
-    if payload.strip() == "[DONE]":
-        return SSEEvent("done")
-    try:
-        obj = json.loads(payload)
-    except json.JSONDecodeError:
-        return SSEEvent("error", message=f"malformed event data: {payload[:120]!r}")
-    if not isinstance(obj, dict):
-        return SSEEvent("error", message=f"unexpected event data: {payload[:120]!r}")
-    msg = _error_text(obj)
-    if msg is not None or event_name == "error":
-        return SSEEvent("error", data=obj, message=msg or json.dumps(obj)[:200])
-    return SSEEvent("data", data=obj)
-
-
-def iter_sse_events(lines: Iterable[str]) -> Iterator[SSEEvent]:
-    """Parse server-sent-event lines (without their newlines) into events.
-
-    Follows the SSE rules that matter here: ``:`` lines are keep-alive comments, a blank line
-    ends an event, several ``data:`` lines of one event join with a newline, ``event: error``
-    marks an error. Some servers omit the blank line between events, so a ``data:`` line that
-    arrives while the pending data is already a complete JSON value starts a new event.
-    """
-    buf: list[str] = []
-    event_name: str | None = None
-
-    def complete(pending: list[str]) -> bool:
-        text = "\n".join(pending)
-        if text.strip() == "[DONE]":
-            return True
-        try:
-            json.loads(text)
-        except json.JSONDecodeError:
-            return False
-        return True
-
-    for raw in lines:
-        line = raw.rstrip("\r\n")
-        if not line:
-            if buf:
-                yield _to_event("\n".join(buf), event_name)
-            buf, event_name = [], None
-            continue
-        if line.startswith(":"):
-            continue
-        name, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        if name == "data":
-            if buf and complete(buf):
-                yield _to_event("\n".join(buf), event_name)
-                buf, event_name = [], None
-            buf.append(value)
-        elif name == "event":
-            event_name = value.strip()
-        # id:, retry: and unknown fields carry nothing we use
-    if buf:
-        yield _to_event("\n".join(buf), event_name)
 
 
 # --------------------------------------------------------------------------- requests
@@ -436,7 +267,7 @@ def _response_error(resp: httpx.Response) -> str:
     try:
         obj = resp.json()
         if isinstance(obj, dict):
-            msg = _error_text(obj) or obj.get("detail") or obj.get("message")
+            msg = error_text(obj) or obj.get("detail") or obj.get("message")
             if msg:
                 return str(msg)[:300]
     except (json.JSONDecodeError, UnicodeDecodeError):

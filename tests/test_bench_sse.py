@@ -13,12 +13,11 @@ from sweeper.bench import (
     BenchSpec,
     acceptance_per_position,
     compare_outputs,
-    iter_sse_events,
-    load_prompts,
-    render_plain,
     window_accept_length,
 )
 from sweeper.errors import InputError
+from sweeper.promptset import load_prompts, render_plain
+from sweeper.sse import iter_sse_events
 
 
 def _chunk(content: str) -> str:
