@@ -153,6 +153,15 @@ def print_confirm(console: Any, outcome: ConfirmOutcome) -> None:
                       R.fmt_tok_s(c.stats), R.fmt_ratio(outcome.speedups.get(c.result.config_id)),
                       lossless)
     console.print(table)
+    contenders = sorted((c for c in outcome.candidates if not c.result.is_baseline),
+                        key=lambda c: c.stats.mean, reverse=True)
+    if len(contenders) > 1 and outcome.winner is contenders[0]:
+        first, second = contenders[0], contenders[1]
+        tie = speedup(first.runs, second.runs)
+        if not math.isnan(tie.low) and tie.low <= 1.0:
+            console.print(f"[dim]The winner leads the runner-up by {(tie.ratio - 1) * 100:+.1f}% "
+                          f"[{(tie.low - 1) * 100:+.1f}, {(tie.high - 1) * 100:+.1f}]: within "
+                          "the noise, a tie; more confirm runs would separate them.[/]")
     if any(outcome.lossless_mismatches.values()):
         console.print("[red]warning: some configurations changed temperature-0 outputs; "
                       "speculative decoding should be lossless — check the draft model[/]")
