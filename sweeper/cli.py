@@ -121,15 +121,15 @@ def optimize(
     if sweep.summary.simulated:
         out.print("[dim]Server: the built-in SIMULATED SGLang server (a test double); "
                   "its tok/s are not measurements of real hardware.[/]")
-    out.print(f"Study {spec.name!r} in {sweep.storage_url}: {trials} more trials on "
-              f"{sweep.host.name}. Ctrl-C stops cleanly; the same command resumes.")
+    out.print(f"Study {spec.name!r} in {sweep.storage_url}, server on {sweep.host.name}. "
+              "Ctrl-C stops cleanly; the same command resumes.")
     try:
         summary = sweep.run()
     except KeyboardInterrupt:
         reporter.close()
         err.print(f"interrupted: the current trial was recorded as failed and queued again, "
-                  f"its server stopped. Resume with: sweeper optimize --study {study} "
-                  f"--trials N", markup=False)
+                  f"its server stopped. Resume with the same command: sweeper optimize "
+                  f"--study {study} --trials {trials}", markup=False, soft_wrap=True)
         raise typer.Exit(130) from None
     except SweepAborted as exc:
         reporter.close()

@@ -366,6 +366,8 @@ class Sweep:
                              f"{self.options.trials} trials were done, {target - done} to go")
         else:
             start, target = done, done + self.options.trials
+            self.report.line(f"{self.options.trials} trials to run ({done} already in the "
+                             "study)" if done else f"{self.options.trials} trials to run")
         self._start, self._todo = start, target - done
         self.study.set_user_attr(TARGET_ATTR, {
             "start": start, "target": target, "trials": self.options.trials,

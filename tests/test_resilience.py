@@ -86,7 +86,7 @@ def test_interrupt_stops_server_and_requeues(make_study, tmp_path: Path, sig: in
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130
-    assert "Resume with: sweeper optimize" in err
+    assert "Resume with the same command: sweeper optimize" in err
     study = load(db)
     t = next(t for t in study.get_trials() if t.number == victim.number)
     assert t.state == TrialState.FAIL and t.user_attrs["failure"] == "interrupted"
