@@ -47,6 +47,7 @@ from .errors import (
 from .failures import FailureMemory
 from .hosts import Host, LocalHost
 from .launch import LaunchConfig, redact_env
+from .logs import DecodeSummary, parse_decode_lines, summarize_decode
 from .preflight import preflight
 from .progress import NullReporter, Reporter
 from .server import ServerHandle, ServerManager
@@ -205,6 +206,7 @@ class Sweep:
                                     simulated="sweeper.sim" in spec.server.launcher)
         self.current: ServerHandle | None = None
         self.report_prefix = ""
+        self.last_decode: DecodeSummary | None = None
         self.memory = FailureMemory()
 
     # --- set-up -------------------------------------------------------------------
@@ -462,7 +464,7 @@ class Sweep:
             startup_s = -1.0
         if on_start is not None:
             on_start(handle)
-        with self.host.forward(config.port, config.bind_host) as base_url:
+        with self._reach(config) as base_url:
             if startup_s < 0:
                 startup_s = self.manager.wait_healthy(
                     handle, base_url, startup_timeout=spec.startup_timeout,
@@ -470,11 +472,25 @@ class Sweep:
                     on_progress=lambda s: self.report.phase(
                         f"{self.report_prefix}waiting for health ({s:.0f}s)"))
             self.report.phase(f"{self.report_prefix}benchmarking")
+            log_start = self.host.file_size(handle.log_path) or 0
             result = run_benchmark(
                 base_url, bench_spec or self.bench_spec,
                 on_progress=lambda msg: self.report.phase(f"{self.report_prefix}{msg}"),
                 check_server=lambda: self.manager.check_alive(handle))
+        # The server's own view of the same window: its "Decode batch" log lines.
+        log_end = self.host.file_size(handle.log_path) or 0
+        window = self.host.read_file(handle.log_path, max(0, log_end - log_start)) or ""
+        self.last_decode = summarize_decode(parse_decode_lines(window))
         return result, startup_s, handle
+
+    def _reach(self, config: LaunchConfig) -> contextlib.AbstractContextManager[str]:
+        """The server's base URL from here: the study's ``url`` when it names one (the
+        server binds an address this machine reaches), else a tunnel over the host's
+        connection to the loopback-bound server (nothing exposed on the GPU node)."""
+        url = self.spec.hosts[0].url
+        if url:
+            return contextlib.nullcontext(url.rstrip("/"))
+        return self.host.forward(config.port, config.bind_host)
 
     # --- telling Optuna ----------------------------------------------------------
     def _prune(self, trial: Trial, kind: str, message: str, log_tail: str,
@@ -516,6 +532,12 @@ class Sweep:
         trial.set_user_attr("tok_s_ci95", [st.ci_low, st.ci_high])
         trial.set_user_attr("runs_flagged", result.n_errors + result.n_short)
         trial.set_user_attr(R.A_ACCEPT, result.accept_length)
+        decode = self.last_decode
+        if decode is not None and decode.n_lines:
+            trial.set_user_attr("accept_length_log", decode.accept_len)
+            trial.set_user_attr("decode_log_lines", decode.n_lines)
+            if decode.eager_lines:  # batches above --cuda-graph-max-bs ran without graphs
+                trial.set_user_attr("decode_eager_lines", decode.eager_lines)
         base = R.baseline_result(R.config_results(self.study.get_trials(deepcopy=False)))
         ratio = R.speedup_over(R.ConfigResult("", {}, "", runs=runs), base)
         if ratio is not None:
@@ -614,7 +636,7 @@ class Sweep:
         self.report.phase("starting the best configuration (--keep-best)")
         handle = self.manager.start(config, "best")
         self.current = handle
-        with self.host.forward(config.port, config.bind_host) as url:
+        with self._reach(config) as url:
             self.manager.wait_healthy(handle, url, startup_timeout=self.spec.server.startup_timeout,
                                       hang_timeout=self.spec.server.hang_timeout)
         self.current = None

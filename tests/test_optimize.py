@@ -71,6 +71,9 @@ def test_sweep_records_every_trial(make_study, tmp_path: Path) -> None:
             assert ua["tok_s_min"] <= ua["tok_s_mean"] <= ua["tok_s_max"]
             assert ua["startup_s"] >= 0
             assert t.value == pytest.approx(sum(ua["tok_s_runs"]) / 2)
+            if ua["role"] != "baseline":
+                # accept length from the server's API and from its decode log lines agree
+                assert ua["accept_length"] == pytest.approx(ua["accept_length_log"], rel=0.1)
         else:
             assert t.constraints == {"failed": 1.0}
             assert ua["failure"] in ("oom", "nccl", "hang", "crash", "invalid_args",

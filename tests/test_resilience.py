@@ -148,3 +148,22 @@ def test_secrets_reach_the_server_but_nothing_written(make_study, tmp_path: Path
         assert secret.encode() not in path.read_bytes(), path
     assert secret not in proc.stdout + proc.stderr
     assert "HF_TOKEN" in out.with_suffix(".env").read_text()
+
+
+def test_consecutive_failures_stop_the_sweep(make_study, tmp_path: Path) -> None:
+    # every configuration fails: the environment names a protocol NCCL does not have
+    study_file = make_study(baseline=False, server={"env": {"NCCL_PROTO": "LL256"}},
+                            sweep={"max_consecutive_failures": 2, "seed": 3})
+    proc = run_cli("optimize", "--study", str(study_file), "--trials", "10")
+    assert proc.returncode == 1
+    assert "2 trials in a row failed" in proc.stderr and "nccl" in proc.stderr
+    study = load(tmp_path / "t.db")
+    assert len(study.get_trials(states=(TrialState.PRUNED,))) == 2
+
+
+def test_timeout_stops_starting_trials(make_study, tmp_path: Path) -> None:
+    proc = run_cli("optimize", "--study", str(make_study()), "--trials", "10", "--timeout", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert "ended (timeout)" in proc.stdout
+    done = load(tmp_path / "t.db").get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED))
+    assert len(done) == 1  # the trial under way when the deadline passed was finished
