@@ -102,11 +102,31 @@ class LaunchConfig:
     def argv(self, python: str = "python3") -> list[str]:
         return self.launcher_argv(python) + self.flag_argv()
 
+    def secret_values(self) -> list[str]:
+        """The values that must never be shown: of secret-named env vars and flags."""
+        vals = [v for k, v in self.env.items() if is_secret(k) and v]
+        vals += [str(v) for k, v in self.args.items()
+                 if is_secret(k) and v not in (None, True, False, "")]
+        return sorted(set(vals), key=len, reverse=True)
+
+    def scrub(self, text: str) -> str:
+        """``text`` (a server log, an error message) with every secret value replaced."""
+        for value in self.secret_values():
+            text = text.replace(value, REDACTED)
+        return text
+
+    def redacted(self) -> LaunchConfig:
+        """The same configuration with secret values (env and flags such as --api-key)
+        replaced, for everything that is shown or stored."""
+        args = {k: (REDACTED if is_secret(k) and v not in (None, True, False) else v)
+                for k, v in self.args.items()}
+        return LaunchConfig(self.launcher, args, redact_env(self.env))
+
     def command_line(self, python: str = "python3", redact: bool = True) -> str:
         """A copy-pasteable shell line (env prefix + command), every value quoted once."""
-        env = redact_env(self.env) if redact else self.env
-        prefix = [f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())]
-        return " ".join([*prefix, shlex.join(self.argv(python))])
+        cfg = self.redacted() if redact else self
+        prefix = [f"{k}={shlex.quote(v)}" for k, v in sorted(cfg.env.items())]
+        return " ".join([*prefix, shlex.join(cfg.argv(python))])
 
     def identity(self) -> str:
         """Canonical key: two trials with equal identity ran the same configuration
@@ -119,11 +139,11 @@ class LaunchConfig:
         values (the environment may hold secrets)."""
         return hashlib.sha256(self.identity().encode()).hexdigest()[:12]
 
-    def sglang_yaml(self) -> str:
+    def sglang_yaml(self, redact: bool = True) -> str:
         """YAML for ``sglang.launch_server --config``: dashed keys, presence flags as
         ``true``, false flags omitted, lists for multi-value flags, no nested maps."""
         data: dict[str, Any] = {}
-        for name, value in self.args.items():
+        for name, value in (self.redacted() if redact else self).args.items():
             if value is None or value is False:
                 continue
             data[name] = value
@@ -136,8 +156,8 @@ class LaunchConfig:
         return "\n".join(lines) + ("\n" if lines else "")
 
     def to_dict(self, redact: bool = True) -> dict[str, Any]:
-        env = redact_env(self.env) if redact else dict(self.env)
-        return {"launcher": self.launcher, "args": dict(self.args), "env": env}
+        cfg = self.redacted() if redact else self
+        return {"launcher": cfg.launcher, "args": dict(cfg.args), "env": dict(cfg.env)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LaunchConfig:

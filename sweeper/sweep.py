@@ -46,7 +46,7 @@ from .errors import (
 )
 from .failures import FailureMemory
 from .hosts import Host, LocalHost
-from .launch import LaunchConfig, redact_env
+from .launch import LaunchConfig
 from .logs import DecodeSummary, parse_decode_lines, summarize_decode
 from .preflight import preflight
 from .progress import NullReporter, Reporter
@@ -207,6 +207,10 @@ class Sweep:
         self.current: ServerHandle | None = None
         self.report_prefix = ""
         self.last_decode: DecodeSummary | None = None
+        self._last_failure = ""
+        # every secret the servers get (fixed flags and env of the study)
+        self._secrets = LaunchConfig(spec.server.launcher, dict(spec.server.args),
+                                     {k: str(v) for k, v in spec.server.env.items()})
         self.memory = FailureMemory()
 
     # --- set-up -------------------------------------------------------------------
@@ -351,8 +355,6 @@ class Sweep:
             self._finish()
         return self.summary
 
-    _last_failure = ""
-
     def _set_budget(self) -> None:
         """--trials N means N more finished trials, except when the same command resumes
         a sweep that was killed or interrupted: then it goes on to that sweep's target."""
@@ -370,7 +372,7 @@ class Sweep:
             start, target = done, done + self.options.trials
             self.report.line(f"{self.options.trials} trials to run ({done} already in the "
                              "study)" if done else f"{self.options.trials} trials to run")
-        self._start, self._todo = start, target - done
+        self._todo = target - done
         self.study.set_user_attr(TARGET_ATTR, {
             "start": start, "target": target, "trials": self.options.trials,
             "machine": socket.gethostname(), "pid": os.getpid()})
@@ -498,11 +500,11 @@ class Sweep:
         trial.set_constraint("failed", 1.0)
         trial.set_user_attr("constraint_failed", 1.0)  # the dashboard does not show constraints
         trial.set_user_attr(R.A_FAILURE, kind)
-        trial.set_user_attr(R.A_FAILURE_MSG, message[:500])
+        trial.set_user_attr(R.A_FAILURE_MSG, self._secrets.scrub(message)[:500])
         if skipped:
             trial.set_user_attr(R.A_SKIPPED, True)
         if log_tail:
-            trial.set_user_attr("log_tail", log_tail[-4000:])
+            trial.set_user_attr("log_tail", self._secrets.scrub(log_tail)[-4000:])
         self._upload_log(trial)
         self.study.tell(trial, state=TrialState.PRUNED)
         if not skipped:
@@ -511,7 +513,7 @@ class Sweep:
 
     def _fail(self, trial: Trial, kind: str, message: str) -> None:
         trial.set_user_attr(R.A_FAILURE, kind)
-        trial.set_user_attr(R.A_FAILURE_MSG, message[:500])
+        trial.set_user_attr(R.A_FAILURE_MSG, self._secrets.scrub(message)[:500])
         with contextlib.suppress(Exception):
             self._upload_log(trial)
         self.study.tell(trial, state=TrialState.FAIL)
@@ -558,7 +560,7 @@ class Sweep:
                    f"[green]{R.fmt_tok_s(st)} tok/s[/]{acc}{best_txt}")
 
     def _line(self, trial: Trial, label: str, text: str) -> None:
-        self.report.line(f"{self.report_prefix}{label}: {text}")
+        self.report.line(self._secrets.scrub(f"{self.report_prefix}{label}: {text}"))
 
     # --- artifacts -------------------------------------------------------------------
     def _upload_json(self, trial: Trial, name: str, data: dict[str, Any]) -> None:
@@ -575,10 +577,7 @@ class Sweep:
         text = self.host.read_file(server["log_path"], 4 * 1024 * 1024)
         if text is None:
             return
-        for name, value in redact_env(self.spec.server.env).items():
-            real = self.spec.server.env[name]
-            if value != real and real:
-                text = text.replace(real, value)  # secrets never reach the artifact store
+        text = self._secrets.scrub(text)  # secrets never reach the artifact store
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / f"server-trial-{trial.number:04d}.log"
             path.write_text(text)

@@ -55,3 +55,12 @@ def test_yaml_round_trip() -> None:
                              "trust-remote-code": True, "cuda-graph-bs": [1, 2, 4]})
     back = LaunchConfig.from_sglang_yaml(cfg.sglang_yaml())
     assert back.argv() == cfg.argv()
+
+
+def test_secret_flags_redacted_everywhere_but_argv() -> None:
+    cfg = LaunchConfig(args={"api-key": "sk-123", "model-path": "m", "tp-size": 8})
+    assert cfg.argv()[cfg.argv().index("--api-key") + 1] == "sk-123"  # the server gets it
+    assert "sk-123" not in cfg.command_line()
+    assert "sk-123" not in cfg.sglang_yaml()
+    assert "sk-123" not in str(cfg.to_dict())
+    assert cfg.redacted().args["model-path"] == "m"
