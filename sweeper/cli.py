@@ -288,6 +288,10 @@ def trust_host(host: Annotated[str, typer.Argument(help="~/.ssh/config alias or 
 
 
 def main() -> None:
+    import logging
+
+    # retries of a dropped SSH connection and the like: one readable line each
+    logging.basicConfig(level=logging.WARNING, format="sweeper: %(message)s")
     try:
         app()
     except KeyboardInterrupt:

@@ -49,6 +49,7 @@ from .errors import (
 from .hosts import DETACH_WRAPPER, CommandResult, Host
 
 log = logging.getLogger(__name__)
+FIRST_CONNECT_BUDGET = 10.0  # seconds of retries before the very first connection gives up
 _T = TypeVar("_T")
 
 DEFAULT_SSH_CONFIG = "~/.ssh/config"
@@ -521,11 +522,16 @@ class SSHHost(Host):
                 assert transport is not None
                 return transport
             self._drop()
+            # The first connection fails fast and quietly (a wrong address or a node that
+            # is down should be one clear error, not half a minute of retries); once the
+            # sweep has connected, a drop gets the full budget and each retry is logged.
+            first = not self._ever_connected
+            budget = min(self.retry_budget, FIRST_CONNECT_BUDGET) if first else self.retry_budget
             retrying = Retrying(
-                stop=stop_before_delay(self.retry_budget),
+                stop=stop_before_delay(budget),
                 wait=wait_exponential(multiplier=0.25, min=0.25, max=4),
                 retry=retry_if_exception_type(_Transient),
-                before_sleep=before_sleep_log(log, logging.WARNING),
+                before_sleep=before_sleep_log(log, logging.DEBUG if first else logging.WARNING),
                 reraise=True,
             )
             try:
@@ -539,7 +545,7 @@ class SSHHost(Host):
                         f"{self.retry_budget:.0f}s: {exc}"
                     ) from None
                 raise HostUnreachable(
-                    f"ssh {self.name}: unreachable for {self.retry_budget:.0f}s: {exc}"
+                    f"ssh {self.name}: unreachable for {budget:.0f}s: {exc}"
                 ) from None
             self._ever_connected = True
             transport = self._conn.transport

@@ -79,3 +79,13 @@ def test_unknown_sampler(make_study, tmp_path: Path) -> None:
                    "--sampler", "annealing")
     assert_one_line_error(proc, "annealing")
     assert not (tmp_path / "t.db").exists()
+
+
+def test_unreachable_host_named_and_nothing_written(make_study, tmp_path: Path) -> None:
+    from sweeper.hosts import free_port
+
+    path = make_study(hosts=[{"ssh": f"root@127.0.0.1:{free_port()}",
+                              "workdir": str(tmp_path / "host")}])
+    proc = run_cli("optimize", "--study", str(path), "--trials", "1", timeout=120)
+    assert_one_line_error(proc, str(path), "hosts[0].ssh", "127.0.0.1")
+    assert not (tmp_path / "t.db").exists()
