@@ -121,6 +121,10 @@ def optimize(
     if sweep.summary.simulated:
         out.print("[dim]Server: the built-in SIMULATED SGLang server (a test double); "
                   "its tok/s are not measurements of real hardware.[/]")
+    if len(spec.hosts) > 1:
+        err.print(f"warning: {spec.path}: hosts: this version drives one host per sweep; "
+                  f"using {spec.hosts[0].ssh}, not {', '.join(h.ssh for h in spec.hosts[1:])}",
+                  markup=False, soft_wrap=True)
     out.print(f"Study {spec.name!r} in {sweep.storage_url}, server on {sweep.host.name}. "
               "Ctrl-C stops cleanly; the same command resumes.")
     try:
