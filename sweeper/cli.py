@@ -116,7 +116,9 @@ def optimize(
     if fresh:
         from .storage import delete_study
 
-        delete_study(sweep.storage_url, spec.name)
+        deleted = delete_study(sweep.storage_url, spec.name)
+        if deleted:
+            out.print(f"--fresh: deleted the {deleted} earlier trials of {spec.name!r}")
     sweep.open()
     if sweep.summary.simulated:
         out.print("[dim]Server: the built-in SIMULATED SGLang server (a test double); "
