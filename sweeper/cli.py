@@ -113,13 +113,7 @@ def optimize(
                         seed=seed, keep_best=keep_best)
     reporter = ConsoleReporter(out)
     sweep = Sweep(spec, opts, reporter)
-    if fresh:
-        from .storage import delete_study
-
-        deleted = delete_study(sweep.storage_url, spec.name)
-        if deleted:
-            out.print(f"--fresh: deleted the {deleted} earlier trials of {spec.name!r}")
-    sweep.open()
+    sweep.open(fresh=fresh)
     if sweep.summary.simulated:
         out.print("[dim]Server: the built-in SIMULATED SGLang server (a test double); "
                   "its tok/s are not measurements of real hardware.[/]")

@@ -99,21 +99,14 @@ def check_space(study: optuna.Study, signature: str, study_file: str, storage_ur
             "--storage, or restore the old space")
 
 
-def delete_study(url: str, name: str) -> int:
-    """Remove a study and its artifacts (``--fresh``); returns how many trials it had
-    (0 when it did not exist)."""
+def delete_study(url: str, name: str) -> None:
+    """Remove a study and its artifacts (``--fresh``)."""
     import shutil
 
-    if not storage_exists(url):
-        return 0
     storage = open_storage(url)
-    study = existing_study(storage, name)
-    n = 0
-    if study is not None:
-        n = len(study.get_trials(deepcopy=False))
+    if existing_study(storage, name) is not None:
         optuna.delete_study(study_name=name, storage=storage)
     shutil.rmtree(artifact_dir(url, name), ignore_errors=True)
-    return n
 
 
 def load_existing(url: str, name: str, study_file: str) -> optuna.Study:

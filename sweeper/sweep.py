@@ -56,6 +56,7 @@ from .storage import (
     SPACE_ATTR,
     artifact_store,
     check_space,
+    delete_study,
     existing_study,
     open_storage,
     space_signature,
@@ -214,8 +215,9 @@ class Sweep:
         self.memory = FailureMemory()
 
     # --- set-up -------------------------------------------------------------------
-    def open(self, require_existing: bool = False) -> optuna.Study:
-        """Everything that can refuse the study runs before anything is written."""
+    def open(self, require_existing: bool = False, fresh: bool = False) -> optuna.Study:
+        """Everything that can refuse the study runs before anything is written.
+        ``fresh`` deletes the stored study first, only once all checks have passed."""
         sampler = make_sampler(self.options.sampler or self.spec.sweep.sampler,
                                self.options.seed if self.options.seed is not None
                                else self.spec.sweep.seed, self.spec.sweep.n_startup_trials)
@@ -235,7 +237,7 @@ class Sweep:
         storage = open_storage(self.storage_url) if storage_exists(self.storage_url) else None
         study = existing_study(storage, self.spec.name) if storage is not None else None
         signature = space_signature(self.space.distributions())
-        if study is not None:
+        if study is not None and not fresh:
             check_space(study, signature, str(self.spec.path), self.storage_url)
         elif require_existing:
             raise InputError(f"{self.spec.path}: no study {self.spec.name!r} in "
@@ -248,6 +250,11 @@ class Sweep:
                     owned_pgids=_owned_pgids(study) if study is not None else frozenset())
             except PortBusy as exc:  # before the first restart, a busy port is the user's to fix
                 raise PreflightError(str(exc)) from exc
+        if fresh and study is not None:
+            n = len(study.get_trials(deepcopy=False))
+            delete_study(self.storage_url, self.spec.name)
+            self.report.line(f"--fresh: deleted the {n} earlier trials of {self.spec.name!r}")
+            storage = None
         if storage is None:
             storage = open_storage(self.storage_url)
         study = optuna.create_study(storage=storage, study_name=self.spec.name,
@@ -370,8 +377,9 @@ class Sweep:
                              f"{self.options.trials} trials were done, {target - done} to go")
         else:
             start, target = done, done + self.options.trials
-            self.report.line(f"{self.options.trials} trials to run ({done} already in the "
-                             "study)" if done else f"{self.options.trials} trials to run")
+            n = self.options.trials
+            todo = f"{n} trial{'s' if n != 1 else ''} to run"
+            self.report.line(f"{todo} ({done} already in the study)" if done else todo)
         self._todo = target - done
         self.study.set_user_attr(TARGET_ATTR, {
             "start": start, "target": target, "trials": self.options.trials,
