@@ -18,21 +18,15 @@ faithfully the *client* measures a server whose true speed is known.
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-import httpx
-
 from sweeper.bench import BenchSpec, run_benchmark
+from sweeper.launch import LaunchConfig
 from sweeper.sim import expected_throughput, load_profile
+from sweeper.sim.harness import SimProcess
 
 EAGLE = {"speculative-algorithm": "EAGLE3", "speculative-draft-model-path": "sim/draft"}
 
@@ -67,83 +61,6 @@ CANDIDATES: list[tuple[str, dict[str, Any], dict[str, str]]] = [
     ("baseline, eager", {"disable-cuda-graph": True}, {}),
     ("chain 5, no overlap", _spec(5, 1, 6, **{"disable-overlap-schedule": True}), {}),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def flag_tokens(args: dict[str, Any]) -> list[str]:
-    out: list[str] = []
-    for key, value in args.items():
-        if value is True:
-            out.append(f"--{key}")
-        elif value not in (None, False):
-            out += [f"--{key}", str(value)]
-    return out
-
-
-class SimServer:
-    """One simulator process in its own process group; stopped by group, never by name."""
-
-    def __init__(self, profile: str, args: dict[str, Any], env: dict[str, str], log: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log
-        cmd = [
-            sys.executable,
-            "-m",
-            "sweeper.sim",
-            "--model-path",
-            "sim/model",
-            "--port",
-            str(self.port),
-            "--sim-profile",
-            profile,
-            "--sim-seed",
-            "1",
-            "--sim-noise",
-            "0",
-            "--sim-startup-seconds",
-            "0.5",
-            *flag_tokens(args),
-        ]
-        with open(log, "wb") as fh:
-            self.proc = subprocess.Popen(
-                cmd,
-                stdout=fh,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, **env},
-                start_new_session=True,
-            )
-
-    def wait_healthy(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"simulator exited: {self.log.read_text()[-800:]}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1.0).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(f"simulator not healthy after {timeout:g}s")
-
-    def check(self) -> None:
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"simulator died (exit {self.proc.returncode})")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
 
 
 def main() -> int:
@@ -193,16 +110,20 @@ def main() -> int:
     cpu_ms: list[float] = []
     proc_cpu_ms: list[float] = []
     with tempfile.TemporaryDirectory(prefix="client-accuracy-") as tmp:
-        for i, (label, args, env, exp) in enumerate(chosen):
-            server = SimServer(opts.profile, args, env, Path(tmp) / f"sim{i}.log")
-            try:
-                server.wait_healthy()
+        for label, args, env, exp in chosen:
+            flags = ["--sim-profile", opts.profile, "--sim-seed", "1", "--sim-noise", "0",
+                     "--sim-startup-seconds", "0.5", *LaunchConfig(args=args).flag_argv()]
+            with SimProcess(flags, env=env, log_dir=tmp, model_path="sim/model") as server:
+                server.wait_healthy(60)
+
+                def check(server: SimProcess = server) -> None:
+                    if server.proc is not None and server.proc.poll() is not None:
+                        raise RuntimeError(f"simulator died (exit {server.proc.returncode})")
+
                 t_cpu = time.process_time()
-                res = run_benchmark(server.url, spec, check_server=server.check)
+                res = run_benchmark(server.url, spec, check_server=check)
                 n_req = sum(len(r.requests) for r in res.runs + res.warmup_runs)
                 proc_cpu_ms.append((time.process_time() - t_cpu) / n_req * 1000)
-            finally:
-                server.stop()
             # at concurrency 1 a run's tok/s is its request's; above, compare per request
             measured = statistics.fmean(r.per_request_tok_s for r in res.runs if r.counted)
             err = (measured - exp.tok_s) / exp.tok_s * 100

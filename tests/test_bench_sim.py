@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
-import httpx
 import pytest
 
 from sweeper.bench import BenchSpec, compare_outputs, run_benchmark
+from sweeper.launch import LaunchConfig
+from sweeper.sim.harness import SimProcess
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("sweeper.sim.__main__") is None,
@@ -31,62 +25,13 @@ ARGS = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = _free_port()
-    log = tmp_path_factory.mktemp("sim") / "sim.log"
-    flags = [tok for k, v in ARGS.items() for tok in (f"--{k}", str(v))]
-    cmd = [
-        sys.executable,
-        "-m",
-        "sweeper.sim",
-        "--model-path",
-        "m",
-        "--port",
-        str(port),
-        "--sim-profile",
-        "demo",
-        "--sim-seed",
-        "3",
-        "--sim-noise",
-        "0",
-        "--sim-startup-seconds",
-        "0.5",
-        *flags,
-    ]
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_healthy(url, proc, log)
-        yield url
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)  # its own group: never a broad kill
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"simulator exited: {log.read_text()[-600:]}"
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    pytest.fail("simulator not healthy within 20 s")
+    flags = ["--sim-profile", "demo", "--sim-seed", "3", "--sim-noise", "0",
+             "--sim-startup-seconds", "0.5", *LaunchConfig(args=ARGS).flag_argv()]
+    with SimProcess(flags, log_dir=tmp_path_factory.mktemp("sim"), model_path="m") as proc:
+        proc.wait_healthy(20)
+        yield proc.url
 
 
 def _expected() -> tuple[float, float]:
