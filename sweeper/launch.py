@@ -24,13 +24,21 @@ ArgValue = Scalar | list[Scalar]
 # SGLang's speculative flags: the baseline trial drops every one of them.
 SPECULATIVE_PREFIX = "speculative-"
 
-_SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
+_SECRET_ENV = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
+# Flags are matched by whole dashed words: --api-key and --hf-token are secrets,
+# --speculative-num-draft-tokens and --max-total-tokens are not.
+_SECRET_FLAG = re.compile(r"(^|-)(key|token|secret|password|passwd)(-|$)", re.IGNORECASE)
 REDACTED = "***"
 
 
 def is_secret(name: str) -> bool:
     """Environment variable names that must never be shown or stored in clear."""
-    return bool(_SECRET_NAME.search(name))
+    return bool(_SECRET_ENV.search(name))
+
+
+def is_secret_flag(name: str) -> bool:
+    """SGLang flags whose values must never be shown or stored in clear."""
+    return bool(_SECRET_FLAG.search(name))
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -106,7 +114,7 @@ class LaunchConfig:
         """The values that must never be shown: of secret-named env vars and flags."""
         vals = [v for k, v in self.env.items() if is_secret(k) and v]
         vals += [str(v) for k, v in self.args.items()
-                 if is_secret(k) and v not in (None, True, False, "")]
+                 if is_secret_flag(k) and v not in (None, True, False, "")]
         return sorted(set(vals), key=len, reverse=True)
 
     def scrub(self, text: str) -> str:
@@ -118,7 +126,7 @@ class LaunchConfig:
     def redacted(self) -> LaunchConfig:
         """The same configuration with secret values (env and flags such as --api-key)
         replaced, for everything that is shown or stored."""
-        args = {k: (REDACTED if is_secret(k) and v not in (None, True, False) else v)
+        args = {k: (REDACTED if is_secret_flag(k) and v not in (None, True, False) else v)
                 for k, v in self.args.items()}
         return LaunchConfig(self.launcher, args, redact_env(self.env))
 

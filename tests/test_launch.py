@@ -58,9 +58,13 @@ def test_yaml_round_trip() -> None:
 
 
 def test_secret_flags_redacted_everywhere_but_argv() -> None:
-    cfg = LaunchConfig(args={"api-key": "sk-123", "model-path": "m", "tp-size": 8})
+    cfg = LaunchConfig(args={"api-key": "sk-123", "model-path": "m", "tp-size": 8,
+                             "speculative-num-draft-tokens": 6, "max-total-tokens": 4096})
     assert cfg.argv()[cfg.argv().index("--api-key") + 1] == "sk-123"  # the server gets it
     assert "sk-123" not in cfg.command_line()
     assert "sk-123" not in cfg.sglang_yaml()
     assert "sk-123" not in str(cfg.to_dict())
-    assert cfg.redacted().args["model-path"] == "m"
+    # "tokens" in a flag name is a count, not a secret
+    assert cfg.redacted().args == {"api-key": "***", "model-path": "m", "tp-size": 8,
+                                   "speculative-num-draft-tokens": 6, "max-total-tokens": 4096}
+    assert "--speculative-num-draft-tokens 6" in cfg.command_line()
