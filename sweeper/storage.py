@@ -35,13 +35,28 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
             if not db.parent.exists():
                 raise InputError(f"storage {url}: directory {db.parent} does not exist; "
                                  "create it or pass another --storage")
-        return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
+        return _rdb_storage(url)
     except InputError:
         raise
     except Exception as exc:  # SQLAlchemy raises many types for a bad URL or server
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputError(f"storage {url}: cannot open it ({first}); check --storage or the "
                          "study's storage key") from exc
+
+
+def _rdb_storage(url: str) -> optuna.storages.RDBStorage:
+    """RDBStorage, retried briefly: two processes opening a new SQLite file at once (a
+    sweep starting while `status` or the dashboard looks) race to create the schema, and
+    the loser sees an IntegrityError or "database is locked" that a retry resolves."""
+    import sqlalchemy.exc
+    from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_fixed
+
+    for attempt in Retrying(stop=stop_after_attempt(5), wait=wait_fixed(0.3), reraise=True,
+                            retry=retry_if_exception_type((sqlalchemy.exc.IntegrityError,
+                                                           sqlalchemy.exc.OperationalError))):
+        with attempt:
+            return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
+    raise AssertionError("unreachable")
 
 
 def storage_exists(url: str) -> bool:

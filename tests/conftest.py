@@ -125,11 +125,23 @@ def wait_for(cond: Callable[[], Any], timeout: float, what: str) -> Any:
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def _has_trials_table(db: Path) -> bool:
+    if not db.exists():
+        return False
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+            return conn.execute("SELECT 1 FROM sqlite_master WHERE name='alembic_version'"
+                                ).fetchone() is not None and conn.execute(
+                "SELECT COUNT(*) FROM studies").fetchone()[0] > 0
+    except sqlite3.Error:
+        return False
+
+
 def streaming_trial(db: Path, name: str = "t", min_number: int = 0) -> Any:
     """The RUNNING trial (number >= min_number) whose server is alive and has logged
     decode steps: the sweeper is mid-benchmark. None otherwise."""
-    if not db.exists():
-        return None
+    if not _has_trials_table(db):
+        return None  # never race the sweeper into creating the schema
     try:
         running = optuna.load_study(study_name=name, storage=f"sqlite:///{db}").get_trials(
             states=(optuna.trial.TrialState.RUNNING,))
