@@ -333,9 +333,9 @@ class Sweep:
             if R.A_CONFIG_ID in ua and not ua.get(R.A_SKIPPED) and not ua.get("confirm"):
                 self.memory.add(t.number, ua[R.A_CONFIG_ID], ua.get(R.A_EFFECTIVE, {}),
                                 ua.get(R.A_FAILURE) if t.state == TrialState.PRUNED else None)
+        self._set_budget()
         deadline = time.monotonic() + self.options.timeout if self.options.timeout else None
         consecutive = 0
-        self._set_budget()
         try:
             with _sigterm_as_interrupt():
                 while self.summary.finished < self._todo:

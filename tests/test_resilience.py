@@ -162,7 +162,8 @@ def test_consecutive_failures_stop_the_sweep(make_study, tmp_path: Path) -> None
 
 
 def test_timeout_stops_starting_trials(make_study, tmp_path: Path) -> None:
-    proc = run_cli("optimize", "--study", str(make_study()), "--trials", "10", "--timeout", "1")
+    # 0.2 s: less than any trial takes (starting a server process alone takes longer)
+    proc = run_cli("optimize", "--study", str(make_study()), "--trials", "10", "--timeout", "0.2")
     assert proc.returncode == 0, proc.stderr
     assert "ended (timeout)" in proc.stdout
     done = load(tmp_path / "t.db").get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED))
