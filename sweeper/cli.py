@@ -186,6 +186,26 @@ def confirm(study: StudyOpt, storage: StorageOpt = None,
 
 @app.command()
 @_errors
+def stop(study: StudyOpt, storage: StorageOpt = None) -> None:
+    """Stop the server that `optimize --keep-best` left running."""
+    from .sweep import Sweep, SweepOptions
+
+    spec = _load(study)
+    sweep = Sweep(spec, SweepOptions(trials=0, storage=storage))
+    sweep.open(require_existing=True)
+    try:
+        handle = sweep.stop_kept()
+    finally:
+        sweep.host.close()
+    if handle is None:
+        out.print(f"no server left running by study {spec.name!r}")
+    else:
+        out.print(f"stopped the server on {handle.host} port {handle.port} "
+                  f"(process group {handle.pgid})")
+
+
+@app.command()
+@_errors
 def bench(
     url: Annotated[str, typer.Option(help="Base URL of a running SGLang server.")],
     max_tokens: Annotated[int, typer.Option(min=1)] = 500,

@@ -49,7 +49,7 @@ def print_summary(console: Console, s: SweepSummary) -> None:
     if s.kept_server is not None:
         console.print(f"The best configuration is left running on {s.kept_server.host} port "
                       f"{s.kept_server.port} (process group {s.kept_server.pgid}; log "
-                      f"{s.kept_server.log_path}).")
+                      f"{s.kept_server.log_path}). Stop it with: sweeper stop --study {s.study}")
     if s.best is not None:
         console.print(f"Export it: sweeper export --study {s.study} -o best.yaml")
     if s.simulated:

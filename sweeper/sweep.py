@@ -592,6 +592,20 @@ class Sweep:
             optuna.artifacts.upload_artifact(artifact_store=self.artifacts,
                                              file_path=str(path), study_or_trial=trial)
 
+    def stop_kept(self) -> ServerHandle | None:
+        """Stop the server a `--keep-best` sweep left running; None when there is none."""
+        kept = self.study.user_attrs.get(KEPT_ATTR)
+        if not kept:
+            return None
+        handle = ServerHandle.from_attrs(kept)
+        if handle.host != self.host.name:
+            raise InputError(f"{self.spec.path}: the kept server runs on {handle.host}, "
+                             f"not on {self.host.name}; stop it there")
+        if self.host.group_alive(handle.pgid):
+            self.manager.stop(handle, grace=self.spec.server.stop_grace)
+        self.study.set_user_attr(KEPT_ATTR, None)
+        return handle
+
     def stop_server(self) -> None:
         """Stop the server this sweep started, if any (Ctrl-C paths, confirm)."""
         self._stop_current(best_effort=True)

@@ -165,6 +165,11 @@ def test_keep_best_leaves_the_best_server_running(make_study, tmp_path: Path) ->
     assert "left running" in proc.stdout
     port = yaml.safe_load(study_file.read_text())["server"]["port"]
     assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
+    pgid = load(tmp_path / "t.db").user_attrs["sweeper:kept_server"]["pgid"]
+    stop = run_cli("stop", "--study", str(study_file))
+    assert stop.returncode == 0 and f"process group {pgid}" in stop.stdout
+    assert not group_alive(pgid)
+    assert "no server left running" in run_cli("stop", "--study", str(study_file)).stdout
 
 
 def test_status_shows_trials_and_best(make_study) -> None:
