@@ -55,10 +55,6 @@ class ConfigurationFailure(SweeperError):
 
 # --- the infrastructure's fault ------------------------------------------------
 
-INFRA_FAILURE_KINDS = (
-    "ssh_lost", "host_unreachable", "port_busy", "bench_transport", "interrupted")
-
-
 class InfrastructureError(SweeperError):
     """Not the configuration's fault: retry the same parameters."""
 

@@ -103,7 +103,7 @@ class Host(ABC):
 class LocalHost(Host):
     """This machine: subprocess, sessions and process groups."""
 
-    def __init__(self, python: str | None = None) -> None:
+    def __init__(self) -> None:
         self.name = "local"
         self._children: dict[int, subprocess.Popen[bytes]] = {}
 

@@ -23,20 +23,15 @@ class ConsoleReporter:
     def __init__(self, console: Console | None = None) -> None:
         self.console = console or Console(highlight=False)
         self._status = None
-        self._prefix = ""
-
-    def set_prefix(self, prefix: str) -> None:
-        self._prefix = prefix
 
     def phase(self, text: str) -> None:
-        msg = f"{self._prefix}{text}"
         if not self.console.is_terminal:
             return  # phases are noise in a log file; finished trials are printed below
         if self._status is None:
-            self._status = self.console.status(msg)
+            self._status = self.console.status(text)
             self._status.start()
         else:
-            self._status.update(msg)
+            self._status.update(text)
 
     def line(self, text: str) -> None:
         self.console.print(text)
