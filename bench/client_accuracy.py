@@ -1,7 +1,7 @@
 """How accurate is the benchmark client? Measured tok/s against the simulator's ground truth.
 
 For 20 configurations of the simulated SGLang server with its noise switched off, start the
-simulator, benchmark it with ``sweeper.bench.run_benchmark`` exactly as a sweep trial would,
+simulator, benchmark it with ``sweeper.measure.run_benchmark`` exactly as a sweep trial would,
 and compare the measured mean tok/s with ``sweeper.sim.expected_throughput`` (the profile's
 noise-free value for the same 500-token stream). Prints per configuration and in summary:
 the error in percent (worst and median; the target is within 1%), the accept length measured
@@ -23,8 +23,8 @@ import tempfile
 import time
 from typing import Any
 
-from sweeper.bench import BenchSpec, run_benchmark
 from sweeper.launch import LaunchConfig
+from sweeper.measure.client import BenchSpec, run_benchmark
 from sweeper.sim import expected_throughput, load_profile
 from sweeper.sim.harness import SimProcess
 

@@ -57,8 +57,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from sweeper import results as R  # noqa: E402
-from sweeper.hosts import free_port  # noqa: E402
+import sweeper.results.verdict as R  # noqa: E402
+from sweeper.remote.host import free_port  # noqa: E402
 from sweeper.sim import expected_throughput  # noqa: E402
 from sweeper.study import load_study  # noqa: E402
 

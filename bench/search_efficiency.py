@@ -65,13 +65,13 @@ from optuna.trial import TrialState
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sweeper.failures import FailureMemory  # noqa: E402
 from sweeper.launch import LaunchConfig  # noqa: E402
+from sweeper.run.sweep import make_sampler  # noqa: E402
+from sweeper.search.failures import FailureMemory  # noqa: E402
+from sweeper.search.space import SearchSpace  # noqa: E402
 from sweeper.sim import Expectation, expected_throughput, load_profile  # noqa: E402
 from sweeper.sim import model as M  # noqa: E402
-from sweeper.space import SearchSpace  # noqa: E402
 from sweeper.study import StudySpec, load_study, parse_study  # noqa: E402
-from sweeper.sweep import make_sampler  # noqa: E402
 
 TPE, RANDOM, GRID = "sweeper (TPE)", "random", "grid"
 STRATEGIES = (TPE, RANDOM, GRID)

@@ -1,3 +1,3 @@
-from .cli import main
+from sweeper.cli import main
 
 main()

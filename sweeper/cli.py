@@ -16,7 +16,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
-from .errors import InputError, SweeperError
+from sweeper.errors import InputError, SweeperError
 
 # No locals in tracebacks: they could show a secret from the study's environment.
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
@@ -59,7 +59,7 @@ def _errors(fn: F) -> F:
 
 
 def _load(study: str):  # noqa: ANN202 - StudySpec, imported lazily for a fast --help
-    from .study import load_study
+    from sweeper.study import load_study
 
     return load_study(study)
 
@@ -68,7 +68,7 @@ def _load(study: str):  # noqa: ANN202 - StudySpec, imported lazily for a fast -
 @_errors
 def validate(study: StudyOpt) -> None:
     """Check a study file and show what it will search. Starts nothing."""
-    from .space import SearchSpace
+    from sweeper.search.space import SearchSpace
 
     spec = _load(study)
     space = SearchSpace(spec)
@@ -102,10 +102,10 @@ def optimize(
     """Run the sweep: restart SGLang with each proposed configuration and benchmark it."""
     import optuna
 
-    from . import results as R
-    from .progress import ConsoleReporter
-    from .report import print_summary
-    from .sweep import Sweep, SweepAborted, SweepOptions
+    import sweeper.results.verdict as R
+    from sweeper.results.status import print_summary
+    from sweeper.run.progress import ConsoleReporter
+    from sweeper.run.sweep import Sweep, SweepAborted, SweepOptions
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # we report trials ourselves
     spec = _load(study)
@@ -146,7 +146,7 @@ def optimize(
 
 
 def _confirm(sweep, top: int, runs: int, reporter) -> None:  # noqa: ANN001
-    from .confirm import print_confirm, run_confirm
+    from sweeper.run.confirm import print_confirm, run_confirm
 
     out.print(f"Confirm phase: the top {top} configurations and the baseline, {runs} runs "
               "each, interleaved.")
@@ -171,8 +171,8 @@ def confirm(study: StudyOpt, storage: StorageOpt = None,
             ) -> None:
     """Re-measure the top configurations and the baseline, interleaved, and pick the
     winner on those fresh runs (what `export` then writes)."""
-    from .progress import ConsoleReporter
-    from .sweep import Sweep, SweepOptions
+    from sweeper.run.progress import ConsoleReporter
+    from sweeper.run.sweep import Sweep, SweepOptions
 
     spec = _load(study)
     reporter = ConsoleReporter(out)
@@ -188,7 +188,7 @@ def confirm(study: StudyOpt, storage: StorageOpt = None,
 @_errors
 def stop(study: StudyOpt, storage: StorageOpt = None) -> None:
     """Stop the server that `optimize --keep-best` left running."""
-    from .sweep import Sweep, SweepOptions
+    from sweeper.run.sweep import Sweep, SweepOptions
 
     spec = _load(study)
     sweep = Sweep(spec, SweepOptions(trials=0, storage=storage))
@@ -219,7 +219,7 @@ def bench(
     """Benchmark one running server (the same code the sweep's trials use)."""
     import json
 
-    from .bench import BenchSpec, format_table, load_prompts, run_benchmark
+    from sweeper.measure.client import BenchSpec, format_table, load_prompts, run_benchmark
 
     if api not in ("chat", "generate"):
         raise InputError(f"--api {api}: use chat or generate")
@@ -254,7 +254,7 @@ def status(study: StudyOpt, storage: StorageOpt = None,
            all_trials: Annotated[bool, typer.Option("--all", help="Show every trial, not only "
                                                           "the last 40.")] = False) -> None:
     """A table of the trials, the best configuration so far, and its speedup."""
-    from .report import print_status
+    from sweeper.results.status import print_status
 
     spec = _load(study)
     print_status(out, spec, storage or spec.storage, limit=None if all_trials else 40)
@@ -267,7 +267,7 @@ def export(study: StudyOpt,
            Path("best.yaml"),
            storage: StorageOpt = None) -> None:
     """Write the best configuration as a YAML for `sglang.launch_server --config`."""
-    from .export import export_best
+    from sweeper.results.export import export_best
 
     spec = _load(study)
     written = export_best(spec, storage or spec.storage, output)
@@ -283,7 +283,7 @@ def dashboard(study: StudyOpt, storage: StorageOpt = None,
                                                      "dashboard has no authentication).")]
               = "127.0.0.1") -> None:
     """optuna-dashboard on the study's storage, with its artifacts."""
-    from .dash import serve
+    from sweeper.results.dash import serve
 
     spec = _load(study)
     serve(spec, storage or spec.storage, host, port, out)
@@ -296,8 +296,8 @@ def trust_host(host: Annotated[str, typer.Argument(help="~/.ssh/config alias or 
                yes: Annotated[bool, typer.Option("--yes", help="Record without asking.")]
                = False) -> None:
     """Show an SSH host's key fingerprint and record it in ~/.ssh/known_hosts."""
-    from .ssh import fetch_host_key, parse_target
-    from .ssh import trust_host as record
+    from sweeper.remote.ssh import fetch_host_key, parse_target
+    from sweeper.remote.ssh import trust_host as record
 
     target = parse_target(host)
     key_type, fingerprint, key = fetch_host_key(target)

@@ -170,7 +170,7 @@ class Sshd:
 
     def ssh_host(self, spec: str | None = None, **kwargs: object):  # -> SSHHost
         """An SSHHost for this server through its ssh_config (``gpu-test`` by default)."""
-        from sweeper.ssh import SSHHost
+        from sweeper.remote.ssh import SSHHost
 
         kwargs.setdefault("ssh_config_path", str(self.ssh_config))
         kwargs.setdefault("connect_timeout", 5)
@@ -277,7 +277,7 @@ def sshd_factory(tmp_path: Path) -> Iterator[Callable[..., Sshd]]:
 @pytest.fixture(params=["local", "ssh"])
 def any_host(request: pytest.FixtureRequest) -> Iterator[object]:
     """The Host contract: each test using this runs once on LocalHost, once on SSHHost."""
-    from sweeper.hosts import LocalHost
+    from sweeper.remote.host import LocalHost
 
     host = LocalHost() if request.param == "local" else request.getfixturevalue("sshd").ssh_host()
     try:

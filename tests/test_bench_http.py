@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from sweeper.bench import (
+from sweeper.errors import BenchmarkTransportError, ConfigurationFailure
+from sweeper.measure.client import (
     BenchmarkError,
     BenchSpec,
     PromptSet,
     format_table,
     run_benchmark,
 )
-from sweeper.errors import BenchmarkTransportError, ConfigurationFailure
 
 Route = Callable[["_Handler", Any, int], None]
 

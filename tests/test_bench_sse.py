@@ -9,15 +9,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sweeper.bench import (
+from sweeper.errors import InputError
+from sweeper.measure.client import (
     BenchSpec,
     acceptance_per_position,
     compare_outputs,
     window_accept_length,
 )
-from sweeper.errors import InputError
-from sweeper.promptset import load_prompts, render_plain
-from sweeper.sse import iter_sse_events
+from sweeper.measure.prompts import load_prompts, render_plain
+from sweeper.measure.sse import iter_sse_events
 
 
 def _chunk(content: str) -> str:

@@ -82,7 +82,7 @@ def test_unknown_sampler(make_study, tmp_path: Path) -> None:
 
 
 def test_unreachable_host_named_and_nothing_written(make_study, tmp_path: Path) -> None:
-    from sweeper.hosts import free_port
+    from sweeper.remote.host import free_port
 
     path = make_study(hosts=[{"ssh": f"root@127.0.0.1:{free_port()}",
                               "workdir": str(tmp_path / "host")}])

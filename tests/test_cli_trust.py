@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from sweeper.hosts import LocalHost
+from sweeper.remote.host import LocalHost
 
 from .conftest import run_cli
 

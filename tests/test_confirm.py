@@ -8,7 +8,7 @@ import optuna
 import yaml
 from optuna.trial import TrialState, create_trial
 
-from sweeper.space import SearchSpace
+from sweeper.search.space import SearchSpace
 from sweeper.study import load_study
 
 from .conftest import run_cli

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sweeper.failures import FailureMemory
+from sweeper.search.failures import FailureMemory
 
 S, K, D = "speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sweeper.logs import classify_failure, parse_decode_lines, summarize_decode
+from sweeper.measure.logs import classify_failure, parse_decode_lines, summarize_decode
 
 OLD = (
     "[2025-10-22 10:27:57 TP0] Decode batch. #running-req: 1, #token: 186, token usage: 0.00, "

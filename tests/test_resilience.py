@@ -15,8 +15,8 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
+from sweeper.run.sweep import Sweep, SweepAborted, SweepOptions
 from sweeper.study import load_study
-from sweeper.sweep import Sweep, SweepAborted, SweepOptions
 
 from .conftest import ROOT, group_alive, recorded_pgids, run_cli, streaming_trial, wait_for
 

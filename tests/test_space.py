@@ -24,7 +24,7 @@ from optuna.distributions import (
 
 from sweeper.errors import StudyError
 from sweeper.launch import LaunchConfig
-from sweeper.space import BRANCH_SEP, SearchSpace, user_name
+from sweeper.search.space import BRANCH_SEP, SearchSpace, user_name
 from sweeper.study import DRAFT, STEPS, TOPK, TRIPLE, StudySpec, load_study, parse_study
 
 REPO = Path(__file__).resolve().parent.parent

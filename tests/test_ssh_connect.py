@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from sweeper.errors import HostKeyUnknown, HostUnreachable, InputError
-from sweeper.hosts import free_port
-from sweeper.ssh import (
+from sweeper.remote.host import free_port
+from sweeper.remote.ssh import (
     SSHHost,
     SSHTarget,
     fetch_host_key,

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from sweeper.errors import CommandTimeout
-from sweeper.hosts import Host, free_port
+from sweeper.remote.host import Host, free_port
 
 PY = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 ECHO_ARGV = "import json, os, sys; print(json.dumps([sys.argv[1:], os.environ.get('HOSTILE')]))"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from sweeper.errors import PortBusy, PreflightError
-from sweeper.hosts import Host, free_port
-from sweeper.preflight import help_flags, preflight
+from sweeper.remote.host import Host, free_port
+from sweeper.remote.preflight import help_flags, preflight
 from tests.test_ssh_contract import wait_for
 
 HELP = """\

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sweeper.stats import speedup, summarize
+from sweeper.measure.stats import speedup, summarize
 
 T975_DF2 = 4.302652730  # t table, 0.975 quantile, 2 degrees of freedom
 T975_DF3 = 3.182446305

@@ -13,8 +13,8 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
+from sweeper.run.sweep import Sweep, SweepOptions
 from sweeper.study import parse_study
-from sweeper.sweep import Sweep, SweepOptions
 
 from .conftest import demo_study_data, group_alive, recorded_pgids, streaming_trial, wait_for
 from .test_optimize import failing_point

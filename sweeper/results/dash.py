@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from .storage import artifact_store, load_existing, open_storage
+from sweeper.results.storage import artifact_store, load_existing, open_storage
 
 if TYPE_CHECKING:
-    from .study import StudySpec
+    from sweeper.study import StudySpec
 
 
 def serve(spec: StudySpec, storage_url: str, host: str, port: int, console: Console) -> None:

@@ -9,13 +9,13 @@ from optuna.trial import TrialState
 from rich.console import Console
 from rich.table import Table
 
-from . import results as R
-from .stats import summarize
-from .storage import load_existing
+import sweeper.results.verdict as R
+from sweeper.measure.stats import summarize
+from sweeper.results.storage import load_existing
 
 if TYPE_CHECKING:
-    from .study import StudySpec
-    from .sweep import SweepSummary
+    from sweeper.run.sweep import SweepSummary
+    from sweeper.study import StudySpec
 
 SIM_NOTE = ("[dim]Figures come from the built-in SIMULATED SGLang server (a test double), "
             "not from real hardware.[/]")

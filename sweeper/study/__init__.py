@@ -34,7 +34,7 @@ from typing import Annotated, Any, Literal, NoReturn
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from .errors import StudyError
+from sweeper.errors import StudyError
 
 STEPS = "speculative-num-steps"
 TOPK = "speculative-eagle-topk"

@@ -43,9 +43,9 @@ from tenacity import (
 )
 
 from sweeper.errors import BenchmarkTransportError, InputError, SweeperError
-from sweeper.promptset import Message, PromptSet, load_prompts, render_plain
-from sweeper.sse import SSEEvent, error_text, iter_sse_events
-from sweeper.stats import Stats, summarize
+from sweeper.measure.prompts import Message, PromptSet, load_prompts, render_plain
+from sweeper.measure.sse import SSEEvent, error_text, iter_sse_events
+from sweeper.measure.stats import Stats, summarize
 
 if TYPE_CHECKING:
     from rich.table import Table

@@ -34,9 +34,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from . import results as R
-from .bench import BenchmarkError, BenchResult, BenchSpec, run_benchmark
-from .errors import (
+import sweeper.results.verdict as R
+from sweeper.errors import (
     ConfigurationFailure,
     InfrastructureError,
     InputError,
@@ -44,15 +43,13 @@ from .errors import (
     PreflightError,
     SweeperError,
 )
-from .failures import FailureMemory
-from .hosts import Host, LocalHost
-from .launch import LaunchConfig
-from .logs import DecodeSummary, parse_decode_lines, summarize_decode
-from .preflight import preflight
-from .progress import NullReporter, Reporter
-from .server import ServerHandle, ServerManager
-from .space import SearchSpace
-from .storage import (
+from sweeper.launch import LaunchConfig
+from sweeper.measure.client import BenchmarkError, BenchResult, BenchSpec, run_benchmark
+from sweeper.measure.logs import DecodeSummary, parse_decode_lines, summarize_decode
+from sweeper.remote.host import Host, LocalHost
+from sweeper.remote.preflight import preflight
+from sweeper.remote.server import ServerHandle, ServerManager
+from sweeper.results.storage import (
     SPACE_ATTR,
     artifact_store,
     check_space,
@@ -62,7 +59,10 @@ from .storage import (
     space_signature,
     storage_exists,
 )
-from .study import StudySpec
+from sweeper.run.progress import NullReporter, Reporter
+from sweeper.search.failures import FailureMemory
+from sweeper.search.space import SearchSpace
+from sweeper.study import StudySpec
 
 A_OWNER = "owner"
 A_SERVER = "server"
@@ -128,10 +128,10 @@ def open_host(spec: StudySpec) -> tuple[Host, str]:
     if hspec.is_local:
         return LocalHost(), hspec.python or sys.executable
     if hspec.is_placeholder:
-        from .study import placeholder_message
+        from sweeper.study import placeholder_message
 
         raise InputError(placeholder_message(spec, 0))
-    from .ssh import SSHHost
+    from sweeper.remote.ssh import SSHHost
 
     return SSHHost(hspec.ssh), hspec.python or "python3"
 

@@ -14,10 +14,10 @@ from dataclasses import asdict, dataclass
 
 import httpx
 
-from .errors import ConfigurationFailure, PortBusy
-from .hosts import Host
-from .launch import LaunchConfig
-from .logs import classify_failure
+from sweeper.errors import ConfigurationFailure, PortBusy
+from sweeper.launch import LaunchConfig
+from sweeper.measure.logs import classify_failure
+from sweeper.remote.host import Host
 
 POLL_SECONDS = 0.2
 LOG_TAIL_BYTES = 6000

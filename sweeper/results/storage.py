@@ -12,7 +12,7 @@ import optuna
 from optuna.artifacts import FileSystemArtifactStore
 from optuna.distributions import distribution_to_json
 
-from .errors import InputError
+from sweeper.errors import InputError
 
 SPACE_ATTR = "sweeper:space"
 

@@ -17,11 +17,11 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState, create_trial
 
-from . import results as R
-from .bench import BenchResult, compare_outputs
-from .launch import LaunchConfig
-from .stats import Ratio, Stats, speedup, summarize
-from .sweep import Sweep
+import sweeper.results.verdict as R
+from sweeper.launch import LaunchConfig
+from sweeper.measure.client import BenchResult, compare_outputs
+from sweeper.measure.stats import Ratio, Stats, speedup, summarize
+from sweeper.run.sweep import Sweep
 
 
 @dataclass

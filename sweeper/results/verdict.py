@@ -15,7 +15,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from .stats import Ratio, Stats, speedup, summarize
+from sweeper.measure.stats import Ratio, Stats, speedup, summarize
 
 # user-attr keys written by the sweep (one place, so readers and writer agree)
 A_ROLE = "role"

@@ -38,7 +38,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from .errors import (
+from sweeper.errors import (
     CommandTimeout,
     ConnectionLost,
     HostKeyUnknown,
@@ -46,7 +46,7 @@ from .errors import (
     InfrastructureError,
     InputError,
 )
-from .hosts import DETACH_WRAPPER, CommandResult, Host
+from sweeper.remote.host import DETACH_WRAPPER, CommandResult, Host
 
 log = logging.getLogger(__name__)
 FIRST_CONNECT_BUDGET = 10.0  # seconds of retries before the very first connection gives up

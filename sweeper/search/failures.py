@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .study import DRAFT, STEPS, TOPK
+from sweeper.study import DRAFT, STEPS, TOPK
 
 # a value that failed this many times, in this class only, and never ran, is predicted
 VALUE_RULE_MIN_FAILURES = 2

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import CommandTimeout
+from sweeper.errors import CommandTimeout
 
 # The detached wrapper: runs argv, then records its exit code in a file. A killed
 # process can linger as a zombie that `kill -0` still sees; the exit-code file is the

@@ -71,8 +71,9 @@ def load_prompts(source: str = "builtin") -> PromptSet:
     Raises ``InputError`` naming the file and line on anything malformed.
     """
     if source == "builtin":
-        name = "sweeper/prompts/builtin.jsonl"
-        text = resources.files("sweeper").joinpath("prompts/builtin.jsonl").read_text("utf-8")
+        name = "sweeper/measure/builtin_prompts.jsonl"
+        data = resources.files("sweeper.measure").joinpath("builtin_prompts.jsonl")
+        text = data.read_text("utf-8")
     else:
         name = source
         try:

@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import results as R
-from .errors import InputError
-from .storage import load_existing
+import sweeper.results.verdict as R
+from sweeper.errors import InputError
+from sweeper.results.storage import load_existing
 
 if TYPE_CHECKING:
-    from .study import StudySpec
+    from sweeper.study import StudySpec
 
 
 @dataclass
@@ -25,7 +25,7 @@ class Exported:
 def export_best(spec: StudySpec, storage_url: str, output: Path) -> Exported:
     """Write ``output`` (flags, SGLang's --config format) and ``output.env`` (the
     environment, which SGLang's YAML cannot hold). Secrets stay redacted."""
-    from .space import SearchSpace
+    from sweeper.search.space import SearchSpace
 
     study = load_existing(storage_url, spec.name, str(spec.path))
     trials = study.get_trials(deepcopy=False)

@@ -11,8 +11,8 @@ import shlex
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from .errors import CommandTimeout, PortBusy, PreflightError
-from .hosts import Host
+from sweeper.errors import CommandTimeout, PortBusy, PreflightError
+from sweeper.remote.host import Host
 
 # Every long option argparse prints, e.g. "--tp-size TP_SIZE, --tp TP".
 _FLAG = re.compile(r"(?<![\w-])--([A-Za-z0-9][A-Za-z0-9_-]*)")

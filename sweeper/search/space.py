@@ -45,8 +45,8 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from .launch import LaunchConfig
-from .study import (
+from sweeper.launch import LaunchConfig
+from sweeper.study import (
     DRAFT,
     ENV_PREFIX,
     SPECULATIVE_PREFIX,
