@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from sweeper.launch import LaunchConfig
-from sweeper.measure.client import BenchSpec, run_benchmark
+from sweeper.measure import BenchSpec, run_benchmark
 from sweeper.sim import expected_throughput, load_profile
 from sweeper.sim.harness import SimProcess
 

@@ -58,7 +58,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import sweeper.results.verdict as R  # noqa: E402
-from sweeper.remote.host import free_port  # noqa: E402
+from sweeper.remote import free_port  # noqa: E402
+from sweeper.results import attrs as A  # noqa: E402
 from sweeper.sim import expected_throughput  # noqa: E402
 from sweeper.study import load_study  # noqa: E402
 
@@ -139,7 +140,7 @@ def run_sweeps(study_path: Path, seeds: list[int], workdir: Path, parallel: int)
     name = raw["name"]
     urls = {s: f"sqlite:///{workdir / f'{name}-{s}.db'}" for s in seeds}
     todo = [s for s in seeds
-            if sum(not t.user_attrs.get(R.A_SKIPPED) for t in finished_trials(urls[s], name))
+            if sum(not t.user_attrs.get(A.SKIPPED) for t in finished_trials(urls[s], name))
             < TRIALS]
     for s in seeds:
         if s not in todo:
@@ -180,9 +181,9 @@ def analyze_real(study_path: Path, urls: dict[int, str]) -> list[SeedSummary]:
         trials = finished_trials(url, spec.name)
         rows = []
         for i, t in enumerate(trials, 1):
-            eff = t.user_attrs.get(R.A_EFFECTIVE) or {}
-            rows.append(Row(i, t.state == TrialState.PRUNED and bool(t.user_attrs.get(R.A_FAILURE)),
-                            bool(t.user_attrs.get(R.A_SKIPPED)), t.user_attrs.get(R.A_FAILURE),
+            eff = t.user_attrs.get(A.EFFECTIVE) or {}
+            rows.append(Row(i, t.state == TrialState.PRUNED and bool(t.user_attrs.get(A.FAILURE)),
+                            bool(t.user_attrs.get(A.SKIPPED)), t.user_attrs.get(A.FAILURE),
                             eff.get("env.NCCL_ALGO")))
         study = optuna.load_study(study_name=spec.name, storage=url)
         best = R.best_result(study, spec.benchmark.objective, trials)

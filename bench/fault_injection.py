@@ -30,7 +30,7 @@ from optuna.trial import TrialState
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sweeper.remote.host import free_port  # noqa: E402
+from sweeper.remote import free_port  # noqa: E402
 from tests.conftest import group_alive as alive  # noqa: E402
 from tests.conftest import streaming_trial  # noqa: E402
 from tests.sshd import make_sshd  # noqa: E402

@@ -66,8 +66,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from sweeper.launch import LaunchConfig  # noqa: E402
-from sweeper.run.sweep import make_sampler  # noqa: E402
 from sweeper.search.failures import FailureMemory  # noqa: E402
+from sweeper.search.sampler import make_sampler  # noqa: E402
 from sweeper.search.space import SearchSpace  # noqa: E402
 from sweeper.sim import Expectation, expected_throughput, load_profile  # noqa: E402
 from sweeper.sim import model as M  # noqa: E402

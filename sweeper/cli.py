@@ -219,7 +219,7 @@ def bench(
     """Benchmark one running server (the same code the sweep's trials use)."""
     import json
 
-    from sweeper.measure.client import BenchSpec, format_table, load_prompts, run_benchmark
+    from sweeper.measure import BenchSpec, format_table, load_prompts, run_benchmark
 
     if api not in ("chat", "generate"):
         raise InputError(f"--api {api}: use chat or generate")

@@ -53,13 +53,14 @@ def _flag_tokens(name: str, value: ArgValue) -> list[str]:
     if value is True:
         return [f"--{name}"]
     if isinstance(value, list):
-        return [f"--{name}", *(_scalar_str(v) for v in value)]
-    return [f"--{name}", _scalar_str(value)]
+        return [f"--{name}", *(render_value(v) for v in value)]
+    return [f"--{name}", render_value(value)]
 
 
-def _scalar_str(value: Scalar) -> str:
-    if isinstance(value, float) and value.is_integer():
-        # 0.80 -> "0.8", 2.0 -> "2.0"; keep floats recognisable, never "2" for a float
+def render_value(value: object) -> str:
+    """How a value reaches the server: floats keep a dot (2.0 -> "2.0", never "2"), so
+    the same number always renders the same; everything else is str()."""
+    if isinstance(value, float):
         return repr(value)
     return str(value)
 

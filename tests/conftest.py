@@ -20,7 +20,7 @@ import optuna
 import pytest
 import yaml
 
-from sweeper.remote.host import free_port
+from sweeper.remote import free_port
 
 pytest_plugins = ["tests.sshd"]
 

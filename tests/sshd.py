@@ -277,7 +277,7 @@ def sshd_factory(tmp_path: Path) -> Iterator[Callable[..., Sshd]]:
 @pytest.fixture(params=["local", "ssh"])
 def any_host(request: pytest.FixtureRequest) -> Iterator[object]:
     """The Host contract: each test using this runs once on LocalHost, once on SSHHost."""
-    from sweeper.remote.host import LocalHost
+    from sweeper.remote import LocalHost
 
     host = LocalHost() if request.param == "local" else request.getfixturevalue("sshd").ssh_host()
     try:

@@ -18,7 +18,7 @@ import pytest
 from rich.console import Console
 
 from sweeper.errors import BenchmarkTransportError, ConfigurationFailure
-from sweeper.measure.client import (
+from sweeper.measure import (
     BenchmarkError,
     BenchSpec,
     PromptSet,

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from sweeper.launch import LaunchConfig
-from sweeper.measure.client import BenchSpec, compare_outputs, run_benchmark
+from sweeper.measure import BenchSpec, compare_outputs, run_benchmark
 from sweeper.sim.harness import SimProcess
 
 pytestmark = pytest.mark.skipif(

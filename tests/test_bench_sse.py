@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sweeper.errors import InputError
-from sweeper.measure.client import (
+from sweeper.measure import (
     BenchSpec,
     acceptance_per_position,
     compare_outputs,

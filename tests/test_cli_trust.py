@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from sweeper.remote.host import LocalHost
+from sweeper.remote import LocalHost
 
 from .conftest import run_cli
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from sweeper.remote.host import free_port
+from sweeper.remote import free_port
 
 from .conftest import ROOT, run_cli, wait_http_ok
 

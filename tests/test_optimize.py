@@ -11,7 +11,7 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from sweeper.remote.host import free_port
+from sweeper.remote import free_port
 from sweeper.sim import expected_throughput
 
 from .conftest import group_alive, kill_group, recorded_pgids, run_cli, wait_http_ok

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sweeper.errors import HostKeyUnknown, HostUnreachable, InputError
-from sweeper.remote.host import free_port
+from sweeper.remote import free_port
 from sweeper.remote.ssh import (
     SSHHost,
     SSHTarget,

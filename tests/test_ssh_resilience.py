@@ -52,7 +52,7 @@ def test_cut_connection_is_re_established(sshd: Sshd) -> None:
 def test_next_command_after_a_cut_reconnects(sshd: Sshd) -> None:
     with sshd.ssh_host() as host:
         host.connect()
-        transport = host._transport()
+        transport = host.session.transport()
         sshd.kill_sessions()
         assert wait_for(lambda: not transport.is_active(), timeout=5)
         # The drop was noticed before the command: re-running is safe, so it just works.

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from sweeper.errors import InputError, StudyError
+from sweeper.remote.target import SSHTarget
 from sweeper.study import (
     DRAFT,
     STEPS,
@@ -162,10 +163,10 @@ def test_parse_duration(text: Any, seconds: float) -> None:
 
 
 def test_host_parts() -> None:
-    h = HostSpec(ssh="alice@gpu-1.example:2222")
-    assert (h.user, h.hostname, h.port) == ("alice", "gpu-1.example", 2222)
-    assert HostSpec(ssh="gpu-node-1").port is None
-    assert HostSpec(ssh="local").hostname is None
+    h = HostSpec(ssh="alice@gpu-1.example:2222").target
+    assert h is not None and (h.user, h.host, h.port) == ("alice", "gpu-1.example", 2222)
+    assert HostSpec(ssh="gpu-node-1").target == SSHTarget("gpu-node-1")
+    assert HostSpec(ssh="local").target is None
 
 
 def test_ssh_and_url_accepted(tmp_path: Path) -> None:

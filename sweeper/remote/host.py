@@ -1,32 +1,41 @@
-"""Where commands run: one small interface, a local and an SSH implementation.
+"""Where commands run: the Host interface. LocalHost (local.py) and SSHHost (ssh/) implement
+it, and tests/test_ssh_contract.py runs both through the same cases.
 
-Code above this module (server lifecycle, preflight, the sweep) never knows whether a
-command runs on this machine or on a GPU node over SSH. Every command is an argv list:
-values from study files are data and are quoted exactly once, at the point where an
-argv has to become a shell string (only SSH needs that).
+The contract: code above this module (server lifecycle, preflight, the sweep) never knows
+whether a command runs on this machine or on a GPU node over SSH.
+
+* Every command is an argv list: values from study files are data, quoted exactly once
+  where an argv has to become a shell string (only SSH needs that).
+* ``run`` is bounded by its timeout on both sides: past it, CommandTimeout here, and the
+  command's whole process group is killed there.
+* ``start_detached`` starts a server in its own session (pid == process group id) that
+  outlives the call and the connection; its output goes to a log file and its exit code to
+  an exit file (a killed process can linger as a zombie that ``kill -0`` still sees: the
+  exit file is the reliable "it has ended" signal).
+* Transport faults are InfrastructureError subclasses (HostUnreachable, ConnectionLost,
+  CommandTimeout): the sweep retries them; they are never blamed on a configuration.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import shlex
-import signal
 import socket
-import subprocess
-import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from sweeper.errors import CommandTimeout
-
-# The detached wrapper: runs argv, then records its exit code in a file. A killed
-# process can linger as a zombie that `kill -0` still sees; the exit-code file is the
-# reliable "it has ended" signal (shared/STACK.md).
+# The detached wrapper: runs argv, then records its exit code in a file.
 # Usage: bash -c WRAPPER sweeper-wrap EXIT_PATH ARGV...
 DETACH_WRAPPER = 'exit_path="$1"; shift; "$@"; echo $? > "$exit_path"'
+
+
+# Bind addresses that mean "every interface": a client reaches such a server on loopback.
+WILDCARDS = frozenset({"", "0.0.0.0", "::", "*"})
+
+
+def connect_address(bind_host: str) -> str:
+    """Where a client on the host itself reaches a server bound to ``bind_host``."""
+    return "127.0.0.1" if bind_host in WILDCARDS else bind_host
 
 
 @dataclass(frozen=True)
@@ -98,100 +107,6 @@ class Host(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections; the processes started detached keep running."""
-
-
-class LocalHost(Host):
-    """This machine: subprocess, sessions and process groups."""
-
-    def __init__(self) -> None:
-        self.name = "local"
-        self._children: dict[int, subprocess.Popen[bytes]] = {}
-
-    def run(self, argv: Sequence[str], *, timeout: float = 60.0,
-            env: Mapping[str, str] | None = None) -> CommandResult:
-        full_env = {**os.environ, **(env or {})}
-        try:
-            proc = subprocess.run(list(argv), capture_output=True, timeout=timeout,
-                                  env=full_env, stdin=subprocess.DEVNULL, check=False)
-        except subprocess.TimeoutExpired as exc:
-            raise CommandTimeout(
-                f"local: {shlex.join(argv)} did not finish in {timeout:.0f}s") from exc
-        except FileNotFoundError as exc:
-            return CommandResult(127, "", str(exc))
-        return CommandResult(proc.returncode, proc.stdout.decode(errors="replace"),
-                             proc.stderr.decode(errors="replace"))
-
-    def start_detached(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str,
-                       log_path: str, exit_path: str) -> int:
-        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(exit_path)
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(
-                ["bash", "-c", DETACH_WRAPPER, "sweeper-wrap", exit_path, *argv],
-                cwd=cwd, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            )
-        self._children[proc.pid] = proc
-        return proc.pid
-
-    def group_alive(self, pgid: int) -> bool:
-        child = self._children.get(pgid)
-        if child is not None:
-            child.poll()  # reap our own zombie so killpg(0) below tells the truth
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-
-    def stop_group(self, pgid: int, *, grace: float = 15.0) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and self.group_alive(pgid):
-            time.sleep(0.05)
-        if self.group_alive(pgid):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, signal.SIGKILL)
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and self.group_alive(pgid):
-                time.sleep(0.05)
-        self._children.pop(pgid, None)
-
-    def read_file(self, path: str, max_bytes: int = 16384) -> str | None:
-        try:
-            with open(os.path.expanduser(path), "rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                size = fh.tell()
-                fh.seek(max(0, size - max_bytes))
-                return fh.read().decode(errors="replace")
-        except FileNotFoundError:
-            return None
-
-    def file_size(self, path: str) -> int | None:
-        try:
-            return os.path.getsize(os.path.expanduser(path))
-        except FileNotFoundError:
-            return None
-
-    def port_free(self, port: int, bind_host: str = "127.0.0.1") -> bool:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.settimeout(1.0)
-            target = "127.0.0.1" if bind_host in ("0.0.0.0", "") else bind_host
-            return sock.connect_ex((target, port)) != 0
-
-    def makedirs(self, path: str) -> str:
-        full = Path(os.path.expanduser(path)).resolve()
-        full.mkdir(parents=True, exist_ok=True)
-        return str(full)
-
-    @contextlib.contextmanager
-    def forward(self, port: int, bind_host: str = "127.0.0.1") -> Iterator[str]:
-        host = "127.0.0.1" if bind_host in ("0.0.0.0", "") else bind_host
-        yield f"http://{host}:{port}"
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import sweeper.results.verdict as R
 from sweeper.errors import InputError
+from sweeper.results import attrs as A
 from sweeper.results.storage import load_existing
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ def export_best(spec: StudySpec, storage_url: str, output: Path) -> Exported:
     header = (f"# sweeper export of study {spec.name!r}: {R.short_params(best.effective)}\n"
               f"# {best.stats.mean:.1f} tok/s over {best.stats.n} runs (trials "
               f"{', '.join(map(str, best.trials))})\n")
-    if study.user_attrs.get(R.SIMULATED_ATTR):
+    if study.user_attrs.get(A.SIMULATED):
         header += "# measured on the SIMULATED SGLang server (a test double), not real hardware\n"
     output.write_text(header + config.sglang_yaml())
     env_path = None

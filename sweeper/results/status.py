@@ -11,6 +11,7 @@ from rich.table import Table
 
 import sweeper.results.verdict as R
 from sweeper.measure.stats import summarize
+from sweeper.results import attrs as A
 from sweeper.results.storage import load_existing
 
 if TYPE_CHECKING:
@@ -71,25 +72,25 @@ def print_status(console: Console, spec: StudySpec, storage_url: str,
     shown = trials if limit is None else trials[-limit:]
     for t in shown:
         ua = t.user_attrs
-        runs = ua.get(R.A_RUNS) or []
+        runs = ua.get(A.RUNS) or []
         st = summarize(runs) if runs else None
         speed = R.fmt_tok_s(st) if st else "-"
         vs = R.fmt_ratio(R.speedup_over(R.ConfigResult("", {}, "", runs=list(runs)), base)) \
-            if runs and ua.get(R.A_ROLE) != R.BASELINE else ("baseline" if runs else "-")
-        acc = f"{ua[R.A_ACCEPT]:.2f}" if ua.get(R.A_ACCEPT) else "-"
-        note = ua.get(R.A_FAILURE, "")
-        if ua.get(R.A_SKIPPED):
+            if runs and ua.get(A.ROLE) != A.BASELINE else ("baseline" if runs else "-")
+        acc = f"{ua[A.ACCEPT]:.2f}" if ua.get(A.ACCEPT) else "-"
+        note = ua.get(A.FAILURE, "")
+        if ua.get(A.SKIPPED):
             note = f"{note} (skipped: known)"
-        elif t.state == TrialState.FAIL and ua.get(R.A_FAILURE_MSG):
-            note = f"{note}: {ua[R.A_FAILURE_MSG][:60]}"
+        elif t.state == TrialState.FAIL and ua.get(A.FAILURE_MSG):
+            note = f"{note}: {ua[A.FAILURE_MSG][:60]}"
         state = {TrialState.COMPLETE: "[green]done[/]", TrialState.PRUNED: "[red]pruned[/]",
                  TrialState.FAIL: "[magenta]failed[/]", TrialState.RUNNING: "[cyan]running[/]",
                  TrialState.WAITING: "queued"}[t.state]
-        label = R.short_params(ua.get(R.A_EFFECTIVE, {})) if R.A_EFFECTIVE in ua else (
+        label = R.short_params(ua.get(A.EFFECTIVE, {})) if A.EFFECTIVE in ua else (
             "(queued)" if t.state == TrialState.WAITING else "-")
         table.add_row(str(t.number), state, label, speed, acc, vs,
-                      f"{ua[R.A_STARTUP]:.1f}" if ua.get(R.A_STARTUP) is not None else "-",
-                      note + (" (confirm)" if ua.get("confirm") else ""))
+                      f"{ua[A.STARTUP]:.1f}" if ua.get(A.STARTUP) is not None else "-",
+                      note + (" (confirm)" if ua.get(A.CONFIRM) else ""))
     console.print(table)
     if limit is not None and len(trials) > limit:
         console.print(f"[dim]({len(trials) - limit} earlier trials hidden; --all shows them)[/]")
@@ -104,5 +105,5 @@ def print_status(console: Console, spec: StudySpec, storage_url: str,
         console.print(line)
     if v.confirmed:
         console.print("[dim](the winner of the confirm phase, on its fresh interleaved runs)[/]")
-    if study.user_attrs.get(R.SIMULATED_ATTR):
+    if study.user_attrs.get(A.SIMULATED):
         console.print(SIM_NOTE)

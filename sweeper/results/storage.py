@@ -13,8 +13,7 @@ from optuna.artifacts import FileSystemArtifactStore
 from optuna.distributions import distribution_to_json
 
 from sweeper.errors import InputError
-
-SPACE_ATTR = "sweeper:space"
+from sweeper.results import attrs as A
 
 
 def open_storage(url: str) -> optuna.storages.BaseStorage:
@@ -104,7 +103,7 @@ def existing_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.St
 
 def check_space(study: optuna.Study, signature: str, study_file: str, storage_url: str) -> None:
     """Refuse to mix trials of two different search spaces in one study."""
-    stored = study.user_attrs.get(SPACE_ATTR)
+    stored = study.user_attrs.get(A.SPACE)
     if stored is not None and stored != signature:
         old, new = json.loads(stored), json.loads(signature)
         changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))

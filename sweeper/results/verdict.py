@@ -16,22 +16,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.measure.stats import Ratio, Stats, speedup, summarize
-
-# user-attr keys written by the sweep (one place, so readers and writer agree)
-A_ROLE = "role"
-A_CONFIG_ID = "config_id"
-A_EFFECTIVE = "effective"
-A_RUNS = "tok_s_runs"
-A_FAILURE = "failure"
-A_FAILURE_MSG = "failure_message"
-A_ACCEPT = "accept_length"
-A_LAUNCH = "launch"
-A_SKIPPED = "skipped_known_failure"
-A_STARTUP = "startup_s"
-CONFIRMED_ATTR = "sweeper:confirmed"
-SIMULATED_ATTR = "sweeper:simulated"
-
-BASELINE = "baseline"
+from sweeper.results import attrs as A
 
 
 @dataclass
@@ -57,7 +42,7 @@ class ConfigResult:
 
     @property
     def is_baseline(self) -> bool:
-        return self.role == BASELINE
+        return self.role == A.BASELINE
 
     def objective(self, kind: str = "mean") -> float:
         st = self.stats
@@ -65,7 +50,7 @@ class ConfigResult:
 
 
 def _role(t: FrozenTrial) -> str:
-    return str(t.user_attrs.get(A_ROLE, "sampler"))
+    return str(t.user_attrs.get(A.ROLE, "sampler"))
 
 
 def config_results(trials: Sequence[FrozenTrial]) -> list[ConfigResult]:
@@ -73,18 +58,18 @@ def config_results(trials: Sequence[FrozenTrial]) -> list[ConfigResult]:
     trials is one configuration whose runs are pooled."""
     groups: dict[str, ConfigResult] = {}
     for t in trials:
-        if t.state != TrialState.COMPLETE or A_CONFIG_ID not in t.user_attrs:
+        if t.state != TrialState.COMPLETE or A.CONFIG_ID not in t.user_attrs:
             continue
-        cid = str(t.user_attrs[A_CONFIG_ID])
+        cid = str(t.user_attrs[A.CONFIG_ID])
         res = groups.get(cid)
         if res is None:
-            res = groups[cid] = ConfigResult(cid, dict(t.user_attrs.get(A_EFFECTIVE, {})),
-                                             _role(t) if _role(t) == BASELINE else "config",
-                                             launch=dict(t.user_attrs.get(A_LAUNCH, {})))
+            res = groups[cid] = ConfigResult(cid, dict(t.user_attrs.get(A.EFFECTIVE, {})),
+                                             _role(t) if _role(t) == A.BASELINE else "config",
+                                             launch=dict(t.user_attrs.get(A.LAUNCH, {})))
         res.trials.append(t.number)
-        res.runs.extend(float(v) for v in t.user_attrs.get(A_RUNS, []) or [t.value])
-        if t.user_attrs.get(A_ACCEPT) is not None:
-            res.accept_lengths.append(float(t.user_attrs[A_ACCEPT]))
+        res.runs.extend(float(v) for v in t.user_attrs.get(A.RUNS, []) or [t.value])
+        if t.user_attrs.get(A.ACCEPT) is not None:
+            res.accept_lengths.append(float(t.user_attrs[A.ACCEPT]))
     return [g for g in groups.values() if g.runs]
 
 
@@ -110,9 +95,9 @@ class Verdict:
 def verdict(study: optuna.Study, objective: str = "mean",
             trials: Sequence[FrozenTrial] | None = None) -> Verdict:
     trials = trials if trials is not None else study.get_trials(deepcopy=False)
-    confirmed = study.user_attrs.get(CONFIRMED_ATTR)
+    confirmed = study.user_attrs.get(A.CONFIRMED)
     if confirmed:
-        fresh = config_results([t for t in trials if t.user_attrs.get("confirm")])
+        fresh = config_results([t for t in trials if t.user_attrs.get(A.CONFIRM)])
         winner = next((r for r in fresh if r.config_id == confirmed.get("winner")), None)
         if winner is not None:
             return Verdict(winner, baseline_result(fresh), True)

@@ -11,17 +11,19 @@ with the baseline's on the same prompts: speculative decoding must be lossless.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState, create_trial
 
 import sweeper.results.verdict as R
+from sweeper.errors import InputError
 from sweeper.launch import LaunchConfig
-from sweeper.measure.client import BenchResult, compare_outputs
+from sweeper.measure import BenchResult, compare_outputs
 from sweeper.measure.stats import Ratio, Stats, speedup, summarize
+from sweeper.results import attrs as A
 from sweeper.run.sweep import Sweep
+from sweeper.run.trial import Measurement
 
 
 @dataclass
@@ -64,33 +66,31 @@ def run_confirm(sweep: Sweep, top: int, runs: int, rounds: int = 2) -> ConfirmOu
     results = R.config_results(list(trials.values()))
     base_res = R.baseline_result(results)
     ranked = [r for r in R.ranked(results, sweep.bench_spec.objective) if not r.is_baseline]
-    chosen = ranked[:top] + ([base_res] if base_res else [])
     if not ranked:
-        raise ValueError("nothing to confirm: no speculative configuration has completed")
+        raise InputError(f"{sweep.spec.path}: nothing to confirm: no speculative configuration "
+                         f"of study {sweep.spec.name!r} has been measured yet")
+    chosen = ranked[:top] + ([base_res] if base_res else [])
     cands: list[Candidate] = []
     for res in chosen:
         first = trials[res.trials[0]]
-        config = sweep.space.baseline_config() if res.is_baseline else \
-            sweep.space.launch_config(sweep.space.effective(first.params))
-        cands.append(Candidate(res, config, dict(first.params), dict(first.distributions)))
+        cands.append(Candidate(res, sweep.config_of(res), dict(first.params),
+                               dict(first.distributions)))
     per_visit = max(1, math.ceil(runs / max(1, rounds)))
-    bench = replace(sweep.bench_spec, runs=per_visit)
+    bench = sweep.bench_spec.model_copy(update={"runs": per_visit})
     for rnd in range(max(1, rounds)):
         # rotate the order each round so no configuration always goes first
         order = cands[rnd % len(cands):] + cands[:rnd % len(cands)]
         for cand in order:
             label = R.short_params(cand.result.effective)
-            sweep.report.phase(f"confirm round {rnd + 1}/{rounds}: {label}")
-            result, startup_s, _ = sweep.measure(cand.config, f"confirm-{cand.result.config_id}"
-                                                 f"-{rnd}", bench_spec=bench)
-            ok_runs = [r.tok_s for r in result.runs if r.counted]
+            m = _visit(sweep, cand, f"confirm-{cand.result.config_id}-{rnd}", bench,
+                       f"confirm round {rnd + 1}/{rounds}: {label}: ")
+            ok_runs = [r.tok_s for r in m.bench.runs if r.counted]
             cand.runs.extend(ok_runs)
-            for idx, text in _texts(result).items():
+            for idx, text in _texts(m.bench).items():
                 cand.texts.setdefault(idx, text)
-            _record(study, cand, result, ok_runs, startup_s)
             sweep.report.line(f"confirm {rnd + 1}/{rounds}: {label}: "
                               f"{summarize(ok_runs).mean:.1f} tok/s")
-    sweep._stop_current(best_effort=True)
+    sweep.stop_server()
     base = next((c for c in cands if c.result.is_baseline), None)
     contenders = [c for c in cands if not c.result.is_baseline]
     winner = max(contenders, key=lambda c: c.stats.mean)
@@ -105,7 +105,7 @@ def run_confirm(sweep: Sweep, top: int, runs: int, rounds: int = 2) -> ConfirmOu
             common = [k for k in keys if k in c.texts]
             diff = compare_outputs([base.texts[k] for k in common], [c.texts[k] for k in common])
             mismatches[c.result.config_id] = [common[i] for i in diff]
-    study.set_user_attr(R.CONFIRMED_ATTR, {
+    study.set_user_attr(A.CONFIRMED, {
         "winner": winner.result.config_id,
         "runs_per_config": runs, "rounds": rounds,
         "results": [{"config_id": c.result.config_id, "effective": c.result.effective,
@@ -118,23 +118,27 @@ def run_confirm(sweep: Sweep, top: int, runs: int, rounds: int = 2) -> ConfirmOu
     return ConfirmOutcome(cands, base, winner, speedups, mismatches)
 
 
+def _visit(sweep: Sweep, cand: Candidate, tag: str, bench: Any, label: str) -> Measurement:
+    """One confirm measurement, kept as a finished trial with its evidence (role confirm,
+    or baseline): nothing measured is lost, and the dashboard shows it. The trial exists
+    before the server starts, so a sweeper killed here leaves a server someone can find."""
+    rec = sweep.recorder
+    role = A.BASELINE if cand.result.is_baseline else A.CONFIRM_ROLE
+    slot = rec.new_running(cand.params, cand.distributions, {A.CONFIRM: True})
+    rec.begin(slot, role=role, config=cand.config, effective=cand.result.effective,
+              command=cand.config.command_line(sweep.python))
+    try:
+        m = sweep.runner.measure(cand.config, tag, bench, label=label,
+                                 on_start=lambda h: rec.server_started(slot, h))
+    except BaseException as exc:
+        rec.fail(slot, getattr(exc, "kind", "interrupted"), str(exc) or type(exc).__name__)
+        raise
+    rec.complete(slot, m, log=sweep.runner.log_text(m.server))
+    return m
+
+
 def _ratio_dict(r: Ratio | None) -> dict[str, float] | None:
     return None if r is None else {"ratio": r.ratio, "low": r.low, "high": r.high}
-
-
-def _record(study: optuna.Study, cand: Candidate, result: BenchResult, runs: list[float],
-            startup_s: float) -> None:
-    """Keep every confirm measurement as a finished trial (role "confirm"): nothing
-    measured is lost, and the dashboard shows it."""
-    if not runs:
-        return
-    attrs = {R.A_ROLE: "confirm" if not cand.result.is_baseline else R.BASELINE,
-             R.A_CONFIG_ID: cand.result.config_id, R.A_EFFECTIVE: cand.result.effective,
-             R.A_RUNS: runs, R.A_ACCEPT: result.accept_length, R.A_STARTUP: round(startup_s, 2),
-             R.A_LAUNCH: cand.result.launch, "confirm": True}
-    study.add_trial(create_trial(params=cand.params, distributions=cand.distributions,
-                                 value=result.value, user_attrs=attrs,
-                                 state=TrialState.COMPLETE))
 
 
 def print_confirm(console: Any, outcome: ConfirmOutcome) -> None:

@@ -1,0 +1,136 @@
+"""The one reused SSH connection to a host, re-opened with bounded retries when it drops.
+
+Everything that talks to the host (commands, SFTP, the port tunnel) goes through a Session,
+so reconnecting and the mapping of a dropped connection to ConnectionLost live here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+
+import paramiko
+from tenacity import (
+    Retrying,
+    before_sleep_log,
+    retry_if_exception_type,
+    stop_before_delay,
+    wait_exponential,
+)
+
+from sweeper.errors import ConnectionLost, HostUnreachable
+from sweeper.remote.ssh.config import Hop
+from sweeper.remote.ssh.connect import Connection, connect_chain
+from sweeper.remote.ssh.faults import TRANSPORT_ERRORS, Transient, lost
+
+log = logging.getLogger("sweeper.remote.ssh")
+FIRST_CONNECT_BUDGET = 10.0  # seconds of retries before the very first connection gives up
+
+
+class Session:
+    """A connection to ``hops[-1]`` through the jumps before it, opened on first use."""
+
+    def __init__(self, name: str, hops: list[Hop], *, known_hosts_path: str | None,
+                 connect_timeout: float, retry_budget: float) -> None:
+        self.name = name
+        self.hops = hops
+        self.known_hosts_path = known_hosts_path
+        self.connect_timeout = connect_timeout
+        self.retry_budget = retry_budget
+        self._conn: Connection | None = None
+        self._sftp: paramiko.SFTPClient | None = None
+        self._ever_connected = False
+        self._lock = threading.RLock()
+
+    def transport(self) -> paramiko.Transport:
+        """The live transport, re-connecting (bounded retries) when it has dropped."""
+        with self._lock:
+            if self._conn is not None and self._conn.active():
+                transport = self._conn.transport
+                assert transport is not None
+                return transport
+            self.drop()
+            # The first connection fails fast and quietly (a wrong address or a node that
+            # is down should be one clear error, not half a minute of retries); once the
+            # sweep has connected, a drop gets the full budget and each retry is logged.
+            first = not self._ever_connected
+            budget = min(self.retry_budget, FIRST_CONNECT_BUDGET) if first else self.retry_budget
+            retrying = Retrying(
+                stop=stop_before_delay(budget),
+                wait=wait_exponential(multiplier=0.25, min=0.25, max=4),
+                retry=retry_if_exception_type(Transient),
+                before_sleep=before_sleep_log(log, logging.DEBUG if first else logging.WARNING),
+                reraise=True,
+            )
+            try:
+                self._conn = retrying(
+                    connect_chain, self.hops, self.known_hosts_path, self.connect_timeout
+                )
+            except Transient as exc:
+                if self._ever_connected:
+                    raise ConnectionLost(
+                        f"ssh {self.name}: connection lost and not re-established within "
+                        f"{self.retry_budget:.0f}s: {exc}"
+                    ) from None
+                raise HostUnreachable(
+                    f"ssh {self.name}: unreachable for {budget:.0f}s: {exc}"
+                ) from None
+            self._ever_connected = True
+            transport = self._conn.transport
+            assert transport is not None
+            return transport
+
+    def transport_active(self) -> bool:
+        """Whether the connection is open right now (no reconnect attempted)."""
+        return self._conn is not None and self._conn.active()
+
+    def drop(self) -> None:
+        """Forget the connection (closing it); the next use re-opens it."""
+        with self._lock:
+            if self._sftp is not None:
+                with contextlib.suppress(Exception):
+                    self._sftp.close()
+                self._sftp = None
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def lost(self, what: str, *, files: bool = False) -> contextlib.AbstractContextManager[None]:
+        """Around a use of the open connection: a drop becomes ConnectionLost."""
+        return lost(self.name, what, self.drop, files=files)
+
+    def open_session(self) -> paramiko.Channel:
+        """A channel for one command. Opening it is safe to retry (nothing has run yet);
+        once the command is sent, a drop is reported, since re-running may not be safe."""
+        for attempt in (1, 2):
+            transport = self.transport()
+            try:
+                return transport.open_session(timeout=self.connect_timeout)
+            except TRANSPORT_ERRORS:
+                self.drop()
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def open_channel(self, kind: str, dest: tuple[str, int], src: tuple[str, int],
+                     timeout: float = 10.0) -> paramiko.Channel:
+        """A forwarding channel (``direct-tcpip``); the connection may have dropped since
+        the last use, so a failure re-opens it once and tries again."""
+        try:
+            return self.transport().open_channel(kind, dest, src, timeout=timeout)
+        except TRANSPORT_ERRORS:
+            self.drop()
+            with self.lost(f"forward to {dest[0]}:{dest[1]}"):
+                return self.transport().open_channel(kind, dest, src, timeout=timeout)
+
+    def sftp(self) -> paramiko.SFTPClient:
+        """The SFTP client on this connection (opened on first use, re-opened after a drop)."""
+        with self._lock:
+            transport = self.transport()
+            channel = self._sftp.get_channel() if self._sftp is not None else None
+            if channel is None or channel.closed:
+                with self.lost("sftp start"):
+                    self._sftp = paramiko.SFTPClient.from_transport(transport)
+            assert self._sftp is not None
+            return self._sftp

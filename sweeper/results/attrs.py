@@ -1,0 +1,56 @@
+"""Every key sweeper writes into Optuna's storage, in one place, so the writer (run/record.py)
+and the readers (results, status, export, dashboard, tests) agree.
+
+Trial user attributes are what the dashboard shows; study user attributes hold a sweep's
+state across processes (budget, verdict, the kept server).
+"""
+
+from __future__ import annotations
+
+# --- trial user attributes -------------------------------------------------------------
+ROLE = "role"  # one of the roles below
+CONFIG_ID = "config_id"  # LaunchConfig.config_id(): replicates share it
+EFFECTIVE = "effective"  # the configuration as SGLang runs it (user-facing names)
+LAUNCH = "launch"  # launcher, args, env (secrets redacted) and the command line
+OWNER = "owner"  # {"machine", "pid"} of the sweeper process running the trial
+SERVER = "server"  # ServerHandle.to_attrs(): enough to find and stop the server again
+ATTEMPT = "attempt"  # how many times an infrastructure fault re-queued these params
+RETRY_OF = "retry_of"  # the trial number this one repeats
+CONFIRM = "confirm"  # True on the confirm phase's fresh measurements
+
+RUNS = "tok_s_runs"  # per-run tok/s of the counted runs
+TOK_S_MEAN = "tok_s_mean"
+TOK_S_STDEV = "tok_s_stdev"
+TOK_S_MIN = "tok_s_min"
+TOK_S_MAX = "tok_s_max"
+TOK_S_CI95 = "tok_s_ci95"
+RUNS_FLAGGED = "runs_flagged"  # runs left out: errors or short outputs
+ACCEPT = "accept_length"  # from the benchmark (server counters / meta_info)
+ACCEPT_LOG = "accept_length_log"  # from the server's own decode log lines
+DECODE_LINES = "decode_log_lines"
+DECODE_EAGER = "decode_eager_lines"  # decode batches that ran without CUDA graphs
+STARTUP = "startup_s"
+SPEEDUP = "speedup"  # over the baseline's pooled runs, when there is a baseline
+
+FAILURE = "failure"  # failure class: a ConfigurationFailure kind or an infrastructure kind
+FAILURE_MSG = "failure_message"
+SKIPPED = "skipped_known_failure"  # predicted to fail: recorded, no restart spent
+LOG_TAIL = "log_tail"
+# Optuna 5 constraints are system attributes the dashboard does not show: mirrored here.
+CONSTRAINT_MIRROR = "constraint_failed"
+
+# --- roles -------------------------------------------------------------------------------
+BASELINE = "baseline"  # the same server without speculation
+START_FROM = "start_from"  # the study's start_from entries
+SAMPLER = "sampler"  # proposed by the sampler
+CONFIRM_ROLE = "confirm"  # a confirm-phase measurement of a speculative configuration
+
+# --- study user attributes -----------------------------------------------------------
+SPACE = "sweeper:space"  # the search space's signature: a changed space is refused
+SIMULATED = "sweeper:simulated"  # the study runs on the simulated server
+CONFIRMED = "sweeper:confirmed"  # the confirm phase's verdict
+KEPT_SERVER = "sweeper:kept_server"  # the server --keep-best left running
+# The budget of a sweep in progress: {"start", "target", "trials", "machine", "pid"}.
+# A sweep killed (or Ctrl-C'd) leaves it behind, and the same command resumes towards
+# the same target instead of starting N trials afresh.
+BUDGET = "sweeper:budget"

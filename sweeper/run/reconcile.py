@@ -1,0 +1,141 @@
+"""What an earlier sweeper left behind, and how much of a sweep is left to do.
+
+A sweep killed by anything loses nothing: trials left RUNNING by a dead sweeper are found
+on the next start, their servers stopped, and their parameters enqueued again; the same
+command resumes towards the same target (``Budget``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, Trial, TrialState
+
+from sweeper.errors import InfrastructureError
+from sweeper.remote import Host
+from sweeper.remote.server import ServerHandle
+from sweeper.results import attrs as A
+from sweeper.run.record import Recorder
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def owned_pgids(study: optuna.Study) -> set[int]:
+    """Process groups of servers this study's sweeps started and may have left behind."""
+    pgids = {int(t.user_attrs[A.SERVER]["pgid"])
+             for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+             if t.user_attrs.get(A.SERVER)}
+    kept = study.user_attrs.get(A.KEPT_SERVER)
+    if kept:
+        pgids.add(int(kept["pgid"]))
+    return pgids
+
+
+def counts_as_finished(t: FrozenTrial) -> bool:
+    """A trial that cost a restart and ended (measured, or failed on the server). The
+    proposals skipped as known failures cost nothing; confirm runs are not the sweep's."""
+    return t.state in (TrialState.COMPLETE, TrialState.PRUNED) and \
+        not t.user_attrs.get(A.SKIPPED) and not t.user_attrs.get(A.CONFIRM)
+
+
+def finished_count(study: optuna.Study) -> int:
+    return sum(counts_as_finished(t) for t in study.get_trials(deepcopy=False))
+
+
+def requeue(study: optuna.Study, t: FrozenTrial | Trial, count_attempt: bool) -> int:
+    """Enqueue ``t``'s parameters again; returns the attempt number the retry will carry."""
+    attempt = int(t.user_attrs.get(A.ATTEMPT, 0)) + (1 if count_attempt else 0)
+    attrs = {A.ROLE: t.user_attrs.get(A.ROLE, A.SAMPLER), A.ATTEMPT: attempt,
+             A.RETRY_OF: t.number}
+    study.enqueue_trial(dict(t.params), user_attrs=attrs)
+    return attempt
+
+
+def reconcile(study: optuna.Study, recorder: Recorder, host: Host,
+              stop: Callable[[ServerHandle], None], line: Callable[[str], None]) -> int:
+    """Trials left RUNNING by a sweeper that no longer runs: stop their servers, mark them
+    FAIL (interrupted) and enqueue their parameters again. Returns how many."""
+    me = socket.gethostname()
+    kept = study.user_attrs.get(A.KEPT_SERVER)
+    if kept and kept.get("host") == host.name:
+        handle = ServerHandle.from_attrs(kept)
+        if host.group_alive(handle.pgid):
+            line(f"stopping the server left running by --keep-best (pgid {handle.pgid})")
+            stop(handle)
+        study.set_user_attr(A.KEPT_SERVER, None)
+    n = 0
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        owner = t.user_attrs.get(A.OWNER) or {}
+        if owner.get("machine") == me and pid_alive(int(owner.get("pid", -1))):
+            continue  # another live sweeper on this machine owns it
+        if owner and owner.get("machine") != me:
+            line(f"[yellow]trial {t.number} is RUNNING under a sweeper on "
+                 f"{owner.get('machine')}; leaving it alone[/]")
+            continue
+        server = t.user_attrs.get(A.SERVER)
+        if server and server.get("host") == host.name:
+            handle = ServerHandle.from_attrs(server)
+            if host.group_alive(handle.pgid):
+                line(f"stopping the server of interrupted trial {t.number} "
+                     f"(pgid {handle.pgid})")
+                with contextlib.suppress(InfrastructureError):
+                    stop(handle)
+        recorder.fail(recorder.slot_of(t.number), "interrupted",
+                      "the sweeper stopped during this trial (killed?)")
+        if not t.user_attrs.get(A.CONFIRM):
+            requeue(study, t, count_attempt=False)
+        n += 1
+    return n
+
+
+@dataclass(frozen=True)
+class Budget:
+    """``--trials N`` means N more finished trials, except when the same command resumes a
+    sweep that was killed or interrupted: then it goes on to that sweep's target."""
+
+    start: int
+    target: int
+    done: int
+    resumed: bool
+
+    @property
+    def todo(self) -> int:
+        return self.target - self.done
+
+    @classmethod
+    def of(cls, study: optuna.Study, trials: int) -> Budget:
+        done = finished_count(study)
+        old: dict[str, Any] = study.user_attrs.get(A.BUDGET) or {}
+        owner_pid = int(old.get("pid", -1))
+        owner_alive = old.get("machine") == socket.gethostname() and pid_alive(owner_pid) \
+            and owner_pid != os.getpid()
+        if old and old.get("trials") == trials and not owner_alive \
+                and old.get("target", 0) > done:
+            return cls(int(old["start"]), int(old["target"]), done, True)
+        return cls(done, done + trials, done, False)
+
+    def save(self, study: optuna.Study, trials: int) -> None:
+        study.set_user_attr(A.BUDGET, {
+            "start": self.start, "target": self.target, "trials": trials,
+            "machine": socket.gethostname(), "pid": os.getpid()})
+
+    def describe(self, trials: int) -> str:
+        if self.resumed:
+            return (f"resuming the interrupted sweep: {self.done - self.start} of {trials} "
+                    f"trials were done, {self.todo} to go")
+        todo = f"{trials} trial{'s' if trials != 1 else ''} to run"
+        return f"{todo} ({self.done} already in the study)" if self.done else todo

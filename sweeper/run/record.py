@@ -1,0 +1,166 @@
+"""Recording trials in the Optuna study: what ran, how it ended, and its evidence.
+
+What the optimizer is told depends on whose fault a failure was:
+
+* the configuration's fault: PRUNED with the constraint ``failed = 1`` so the sampler
+  learns the region is infeasible (a FAIL trial is invisible to TPE, which would propose
+  the crashing configuration again and again);
+* the infrastructure's fault, or an interruption: FAIL (the caller re-queues the params).
+
+Every write goes through Optuna's public API (Trial, Study.tell, and the storage's own
+methods for trials this process did not ask for), with the keys of results/attrs.py.
+Secrets never reach the storage or the artifact store: every text is scrubbed first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.artifacts import FileSystemArtifactStore, upload_artifact
+from optuna.distributions import BaseDistribution
+from optuna.trial import FrozenTrial, Trial, TrialState
+
+from sweeper.launch import LaunchConfig
+from sweeper.measure.stats import Ratio
+from sweeper.remote.server import ServerHandle
+from sweeper.results import attrs as A
+from sweeper.run.trial import Measurement
+
+MESSAGE_CHARS = 500
+LOG_TAIL_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A trial being recorded: its number, its storage id, and the Trial object when this
+    process asked for it (constraints are set through it)."""
+
+    number: int
+    trial_id: int
+    trial: Trial | None = None
+
+
+class Recorder:
+    def __init__(self, study: optuna.Study, storage: optuna.storages.BaseStorage,
+                 artifacts: FileSystemArtifactStore, scrub: Callable[[str], str]) -> None:
+        self.study = study
+        self.storage = storage
+        self.artifacts = artifacts
+        self.scrub = scrub
+        self._study_id = storage.get_study_id_from_name(study.study_name)
+
+    # --- slots -------------------------------------------------------------------------
+    def slot(self, trial: Trial) -> Slot:
+        return Slot(trial.number, self._trial_id(trial.number), trial)
+
+    def slot_of(self, number: int) -> Slot:
+        return Slot(number, self._trial_id(number))
+
+    def _trial_id(self, number: int) -> int:
+        return self.storage.get_trial_id_from_study_id_trial_number(self._study_id, number)
+
+    def new_running(self, params: dict[str, Any], distributions: dict[str, BaseDistribution],
+                    user_attrs: dict[str, Any]) -> Slot:
+        """A trial of fixed parameters, RUNNING from now (its duration is real), that the
+        sampler never proposed (a confirm-phase measurement)."""
+        template = FrozenTrial(
+            number=-1, state=TrialState.RUNNING, value=None, datetime_start=None,
+            datetime_complete=None, params=params, distributions=distributions,
+            user_attrs=user_attrs, system_attrs={}, intermediate_values={}, trial_id=-1)
+        template.set_constraint("failed", 0.0)
+        trial_id = self.storage.create_new_trial(self._study_id, template_trial=template)
+        return Slot(self.storage.get_trial(trial_id).number, trial_id)
+
+    def set(self, slot: Slot, **values: Any) -> None:
+        for key, value in values.items():
+            self.storage.set_trial_user_attr(slot.trial_id, key, value)
+
+    # --- the start of a trial ----------------------------------------------------------
+    def begin(self, slot: Slot, *, role: str, config: LaunchConfig,
+              effective: dict[str, Any], command: str) -> None:
+        self.set(slot, **{
+            A.ROLE: role, A.CONFIG_ID: config.config_id(), A.EFFECTIVE: effective,
+            A.LAUNCH: {**config.to_dict(redact=True), "command": command},
+            A.OWNER: {"machine": socket.gethostname(), "pid": os.getpid()},
+        })
+
+    def server_started(self, slot: Slot, handle: ServerHandle) -> None:
+        """Before the sweeper waits on a server: a kill -9 from here on leaves a record."""
+        self.set(slot, **{A.SERVER: handle.to_attrs()})
+
+    # --- how it ended --------------------------------------------------------------------
+    def prune(self, slot: Slot, kind: str, message: str, *, log_tail: str = "",
+              log: str | None = None, skipped: bool = False) -> None:
+        """The configuration's fault (or predicted to be): PRUNED + infeasible."""
+        if slot.trial is not None:
+            slot.trial.set_constraint("failed", 1.0)
+        values: dict[str, Any] = {A.CONSTRAINT_MIRROR: 1.0, A.FAILURE: kind,
+                                  A.FAILURE_MSG: self.scrub(message)[:MESSAGE_CHARS]}
+        if skipped:
+            values[A.SKIPPED] = True
+        if log_tail:
+            values[A.LOG_TAIL] = self.scrub(log_tail)[-LOG_TAIL_CHARS:]
+        self.set(slot, **values)
+        self.upload_log(slot, log)
+        self.study.tell(slot.number, state=TrialState.PRUNED)
+
+    def fail(self, slot: Slot, kind: str, message: str, *, log: str | None = None) -> None:
+        """Not the configuration's fault: FAIL (the caller re-queues the parameters)."""
+        self.set(slot, **{A.FAILURE: kind, A.FAILURE_MSG: self.scrub(message)[:MESSAGE_CHARS]})
+        self.upload_log(slot, log)
+        self.study.tell(slot.number, state=TrialState.FAIL, skip_if_finished=True)
+
+    def complete(self, slot: Slot, m: Measurement, *, log: str | None = None,
+                 speedup: Ratio | None = None, extra: dict[str, Any] | None = None) -> None:
+        """Measured: the runs, their summary, accept length, evidence; then the value."""
+        result, st = m.bench, m.bench.stats
+        if slot.trial is not None:
+            slot.trial.set_constraint("failed", 0.0)
+        values: dict[str, Any] = {
+            A.CONSTRAINT_MIRROR: 0.0,
+            A.RUNS: [r.tok_s for r in result.runs if r.counted],
+            A.STARTUP: round(m.startup_s, 2),
+            A.TOK_S_MEAN: st.mean, A.TOK_S_STDEV: st.stdev, A.TOK_S_MIN: st.min,
+            A.TOK_S_MAX: st.max, A.TOK_S_CI95: [st.ci_low, st.ci_high],
+            A.RUNS_FLAGGED: result.n_errors + result.n_short,
+            A.ACCEPT: result.accept_length,
+            **(extra or {}),
+        }
+        if m.decode.n_lines:
+            values[A.ACCEPT_LOG] = m.decode.accept_len
+            values[A.DECODE_LINES] = m.decode.n_lines
+            if m.decode.eager_lines:  # batches above --cuda-graph-max-bs ran without graphs
+                values[A.DECODE_EAGER] = m.decode.eager_lines
+        if speedup is not None:
+            values[A.SPEEDUP] = speedup.ratio
+        self.set(slot, **values)
+        self.upload_json(slot, "benchmark.json", result.to_dict())
+        self.upload_log(slot, log)
+        self.study.tell(slot.number, result.value)
+
+    # --- artifacts ----------------------------------------------------------------------
+    def upload_json(self, slot: Slot, name: str, data: dict[str, Any]) -> None:
+        text = self.scrub(json.dumps(data, indent=2, default=str))
+        self._upload(slot, name, text, "application/json")
+
+    def upload_log(self, slot: Slot, text: str | None) -> None:
+        """The server's log, scrubbed, served by the dashboard as text (not a download)."""
+        if text is not None:
+            self._upload(slot, f"server-trial-{slot.number:04d}.log", self.scrub(text),
+                         "text/plain")
+
+    def _upload(self, slot: Slot, name: str, text: str, mimetype: str) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / name
+            path.write_text(text, encoding="utf-8")
+            upload_artifact(artifact_store=self.artifacts, file_path=str(path),
+                            study_or_trial=self.storage.get_trial(slot.trial_id),
+                            storage=self.storage, mimetype=mimetype)

@@ -1,0 +1,143 @@
+"""Measuring one configuration: a trial's life on the host, in one place.
+
+    stop the previous server -> start this one (detached, recorded) -> wait for health
+    -> benchmark over the tunnel -> the server's own log lines over the same window
+
+used by the sweep and by the confirm phase alike. Nothing here knows about Optuna: a
+caller records the server through ``on_start`` before waiting on it (so a sweeper killed
+at any moment leaves a server someone can find), and gets one ``Measurement`` back, or a
+ConfigurationFailure (the configuration's fault) or an InfrastructureError (not its fault).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sweeper.errors import ConfigurationFailure, InfrastructureError
+from sweeper.launch import LaunchConfig
+from sweeper.measure import BenchmarkError, BenchResult, BenchSpec, run_benchmark
+from sweeper.measure.logs import DecodeSummary, parse_decode_lines, summarize_decode
+from sweeper.remote import Host
+from sweeper.remote.server import ServerHandle, ServerManager
+from sweeper.run.progress import NullReporter, Reporter
+from sweeper.study import HostSpec, ServerSpec
+
+LOG_ARTIFACT_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One configuration served and benchmarked."""
+
+    config: LaunchConfig
+    server: ServerHandle
+    bench: BenchResult
+    startup_s: float  # start to healthy; 0.0 when the running server was reused
+    decode: DecodeSummary  # the server's "Decode batch" lines over the benchmark window
+    reused: bool
+
+
+class TrialRunner:
+    """Serves configurations on one host, one at a time, and measures them."""
+
+    def __init__(self, host: Host, python: str, server: ServerSpec, host_spec: HostSpec,
+                 reporter: Reporter | None = None) -> None:
+        self.host = host
+        self.python = python
+        self.server = server
+        self.host_spec = host_spec
+        self.manager = ServerManager(host, host_spec.workdir or "~/.sweeper", python)
+        self.report: Reporter = reporter or NullReporter()
+        self.current: ServerHandle | None = None
+
+    def measure(self, config: LaunchConfig, tag: str, bench: BenchSpec, *, label: str = "",
+                on_start: Callable[[ServerHandle], None] | None = None) -> Measurement:
+        """Serve ``config`` (restarting unless it is already serving) and benchmark it.
+        ``label`` prefixes the progress phases. A benchmark with no usable run is the
+        configuration's fault (a crash-like failure), not the network's."""
+        handle, startup_s, reused = self._serve(config, tag, label, on_start)
+        with self.reach(config) as base_url:
+            if not reused:
+                startup_s = self.wait_healthy(handle, base_url, label)
+            self.report.phase(f"{label}benchmarking")
+            log_start = self.host.file_size(handle.log_path) or 0
+            try:
+                result = run_benchmark(
+                    base_url, bench,
+                    on_progress=lambda msg: self.report.phase(f"{label}{msg}"),
+                    check_server=lambda: self.manager.check_alive(handle))
+            except BenchmarkError as exc:
+                raise ConfigurationFailure("crash", f"benchmark unusable: {exc}",
+                                           self.manager.log_tail(handle)) from exc
+        # The server's own view of the same window: its "Decode batch" log lines.
+        log_end = self.host.file_size(handle.log_path) or 0
+        window = self.host.read_file(handle.log_path, max(0, log_end - log_start)) or ""
+        decode = summarize_decode(parse_decode_lines(window))
+        return Measurement(config, handle, result, startup_s, decode, reused)
+
+    def _serve(self, config: LaunchConfig, tag: str, label: str,
+               on_start: Callable[[ServerHandle], None] | None
+               ) -> tuple[ServerHandle, float, bool]:
+        handle = self.current
+        if handle is not None and handle.config_id == config.config_id() and \
+                not self.manager.exited(handle):
+            self.report.phase(f"{label}reusing the running server")
+            reused = True  # the same configuration is still serving: no restart needed
+        else:
+            self.stop(label=label)
+            self.report.phase(f"{label}starting the server")
+            handle = self.manager.start(config, tag)
+            self.current = handle
+            reused = False
+        if on_start is not None:
+            on_start(handle)
+        return handle, 0.0, reused
+
+    def wait_healthy(self, handle: ServerHandle, base_url: str, label: str = "") -> float:
+        return self.manager.wait_healthy(
+            handle, base_url, startup_timeout=self.server.startup_timeout,
+            hang_timeout=self.server.hang_timeout,
+            on_progress=lambda s: self.report.phase(f"{label}waiting for health ({s:.0f}s)"))
+
+    def serve(self, config: LaunchConfig, tag: str) -> ServerHandle:
+        """Start ``config`` and wait until it is healthy (``--keep-best``)."""
+        handle, _, reused = self._serve(config, tag, "", None)
+        if not reused:
+            with self.reach(config) as url:
+                self.wait_healthy(handle, url)
+        return handle
+
+    def reach(self, config: LaunchConfig) -> contextlib.AbstractContextManager[str]:
+        """The server's base URL from here: the host's ``url`` when the study names one
+        (the server binds an address this machine reaches), else a tunnel over the host's
+        connection to the loopback-bound server (nothing exposed on the GPU node)."""
+        if self.host_spec.url:
+            return contextlib.nullcontext(self.host_spec.url.rstrip("/"))
+        return self.host.forward(config.port, config.bind_host)
+
+    def stop(self, best_effort: bool = False, label: str = "") -> None:
+        """Stop the server this runner started, if any."""
+        if self.current is None:
+            return
+        self.report.phase(f"{label}stopping the server")
+        try:
+            self.manager.stop(self.current, grace=self.server.stop_grace)
+        except InfrastructureError:
+            if not best_effort:
+                raise
+        self.current = None
+
+    def detach(self) -> ServerHandle | None:
+        """Hand the running server over (``--keep-best``): this runner will not stop it."""
+        handle, self.current = self.current, None
+        return handle
+
+    def log_text(self, handle: ServerHandle) -> str | None:
+        """The server's log (its last 4 MiB), for the trial's artifacts."""
+        return self.host.read_file(handle.log_path, LOG_ARTIFACT_BYTES)
+
+    def log_tail(self, handle: ServerHandle) -> str:
+        return self.manager.log_tail(handle)
+

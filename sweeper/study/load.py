@@ -1,0 +1,315 @@
+"""Study file -> validated StudySpec.
+
+A study file is YAML (see studies/demo.yaml). Loading it is two passes:
+
+1. structure and types, by pydantic models with ``extra="forbid"`` and strict types
+   (a string where a number belongs is an error, not a silent coercion), except the
+   numbers PyYAML leaves as strings: YAML 1.1 reads ``1e-3`` as the string '1e-3', so
+   float fields accept numeric strings on purpose;
+2. meaning: flag and env names, parameter ranges, SGLang's speculative rules, the
+   start_from entries. These checks run by hand so each error names its exact key.
+
+Every problem is a StudyError with one line:
+``<file>: <key path>: <what is wrong>; <what to do>``.
+
+Which configurations are valid lives in rules.py; the sections' types in sections.py.
+Values are data: nothing from the file is evaluated, and strings stay strings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import re
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from sweeper.errors import InputError
+from sweeper.remote.target import parse_target
+from sweeper.study.base import ENV_PREFIX, RESERVED_FLAGS, fail, suggest
+from sweeper.study.params import env_value, parse_param
+from sweeper.study.rules import ParamSpec, check_config, check_rules
+from sweeper.study.sections import (
+    BenchSpec,
+    HostSpec,
+    ServerSpec,
+    StudyFile,
+    SweepSpec,
+    validating_study,
+)
+from sweeper.study.spec import StudySpec
+
+_FLAG_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+_ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_STORAGE_SCHEMES = ("sqlite:///", "postgresql://", "postgresql+", "mysql://", "mysql+",
+                    "journal://")
+
+
+def _loc(loc: Sequence[int | str]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _section_keys(loc: Sequence[int | str]) -> list[str]:
+    """Valid keys at the mapping that holds ``loc[-1]`` (for did-you-mean)."""
+    parent = [p for p in loc[:-1] if not isinstance(p, int)]
+    models: dict[tuple[str, ...], type[BaseModel]] = {
+        (): StudyFile, ("hosts",): HostSpec, ("server",): ServerSpec,
+        ("benchmark",): BenchSpec, ("sweep",): SweepSpec,
+    }
+    model = models.get(tuple(parent))
+    return list(model.model_fields) if model else []
+
+
+
+
+def _pydantic_error(path: Path, exc: ValidationError) -> NoReturn:
+    err = exc.errors(include_url=False)[0]
+    loc = list(err["loc"])
+    kind, msg, given = err["type"], err["msg"], err.get("input")
+    key = _loc(loc)
+    if kind == "extra_forbidden":
+        fail(path, key, f"unknown key {loc[-1]!r}", suggest(str(loc[-1]), _section_keys(loc)))
+    if kind == "missing":
+        fail(path, key, "missing", "add it")
+    if kind == "value_error":  # parse_duration's own message
+        fail(path, key, msg.removeprefix("Value error, "), "fix the value")
+    if kind == "literal_error":
+        fail(path, key, f"{given!r} is not allowed", msg.lower())
+    if kind == "too_short" and loc == ["hosts"]:
+        fail(path, key, "no hosts", "add at least one, e.g. `- ssh: local`")
+    what = f"{msg[0].lower()}{msg[1:]}, got {given!r}"
+    if isinstance(given, str) and kind.startswith(("int_", "float_", "bool_")):
+        what += " (a string)"
+    fail(path, key, what, _TYPE_HINTS.get(kind.split("_")[0], "fix the value"))
+
+
+_TYPE_HINTS = {
+    "int": "write a whole number, without quotes",
+    "float": "write a number, without quotes",
+    "bool": "write true or false",
+    "string": "write a string (quote it)",
+    "list": "write a YAML list (- item)",
+    "dict": "write a mapping (key: value)",
+}
+
+
+# --------------------------------------------------------------------------- loading
+def available_studies(root: Path) -> list[str]:
+    if not root.is_dir():
+        return []
+    return sorted({p.stem for p in root.iterdir() if p.suffix in (".yaml", ".yml")})
+
+
+def resolve_study_path(name_or_path: str, root: Path = Path("studies")) -> Path:
+    """A NAME finds root/NAME.yaml (or .yml); anything with a suffix or a '/' is a path."""
+    candidate = Path(name_or_path).expanduser()
+    looks_like_path = "/" in name_or_path or candidate.suffix in (".yaml", ".yml")
+    if looks_like_path or candidate.is_file():
+        if not candidate.is_file():
+            found = available_studies(candidate.parent)
+            fail(candidate, "", "no such study file",
+                  f"studies in {candidate.parent}: {', '.join(found)}" if found
+                  else "check the path")
+        return candidate
+    for ext in (".yaml", ".yml"):
+        p = root / f"{name_or_path}{ext}"
+        if p.is_file():
+            return p
+    found = available_studies(root)
+    hint = f"available in {root}/: {', '.join(found)}" if found else f"no study files in {root}/"
+    close = difflib.get_close_matches(name_or_path, found, n=1)
+    if close:
+        hint = f"did you mean {close[0]!r}? " + hint
+    fail(root / f"{name_or_path}.yaml", "", f"unknown study {name_or_path!r}", hint)
+
+
+def load_study(name_or_path: str, root: Path = Path("studies")) -> StudySpec:
+    """Load and validate a study: ``eagle3-kimi`` finds studies/eagle3-kimi.yaml."""
+    path = resolve_study_path(name_or_path, root)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(path, "", f"cannot read it ({exc.__class__.__name__}: {exc})",
+              "check the file's permissions and encoding")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        fail(path, "", f"malformed YAML at {where}{problem}",
+              "fix the YAML syntax (indentation, colons, quotes)")
+    return parse_study(data, path)
+
+
+def parse_study(data: Any, path: Path) -> StudySpec:
+    """Validate already-parsed YAML data as the study file at ``path``."""
+    if data is None:
+        fail(path, "", "the file is empty", "write a study (see studies/demo.yaml)")
+    if not isinstance(data, dict):
+        fail(path, "", f"expected a mapping of keys at the top level, got a "
+                        f"{type(data).__name__}", "see studies/demo.yaml for the shape")
+    for k in data:
+        if not isinstance(k, str):
+            fail(path, str(k), "keys must be strings", "quote the key")
+    try:
+        with validating_study():
+            raw = StudyFile.model_validate(data)
+    except ValidationError as exc:
+        _pydantic_error(path, exc)
+    return _build(raw, path)
+
+
+def _default_storage(path: Path, name: str) -> str:
+    """``sqlite:///`` + <dir of study file>/<name>.db: relative to the working directory
+    when the file lives under it (SQLAlchemy reads relative paths from there), else
+    absolute."""
+    db = (path.parent / f"{name}.db").absolute()
+    with contextlib.suppress(ValueError):  # not under the CWD: stay absolute
+        db = db.relative_to(Path.cwd())
+    return f"sqlite:///{db}"
+
+
+def _check_storage(path: Path, url: str) -> str:
+    if not url.startswith(_STORAGE_SCHEMES):
+        fail(path, "storage", f"unsupported storage URL {url!r}",
+              "use sqlite:///path.db, postgresql://user@host/db, mysql://... or "
+              "journal:///path/file.log")
+    if url.startswith(("postgresql+", "mysql+")) and "://" not in url:
+        fail(path, "storage", f"malformed storage URL {url!r}",
+              "write it like postgresql+psycopg2://user@host/db")
+    rest = url.split("://", 1)[1]
+    if url.startswith("sqlite:///") and not url[len("sqlite:///"):]:
+        fail(path, "storage", "the sqlite URL names no file", "write sqlite:///studies/NAME.db")
+    if not rest.strip("/"):
+        fail(path, "storage", f"the storage URL {url!r} names no database or file",
+              "complete it")
+    return url
+
+
+def _check_flag_name(path: Path, key: str, name: str) -> None:
+    if name.startswith("-"):
+        fail(path, key, f"flag {name!r} starts with a dash",
+              f"write SGLang's flag name without dashes: {name.lstrip('-')}")
+    if "_" in name:
+        fail(path, key, f"flag {name!r} uses underscores",
+              f"use SGLang's dashed name {name.replace('_', '-')}")
+    if not _FLAG_RE.match(name):
+        fail(path, key, f"{name!r} is not an SGLang flag name",
+              "use SGLang's lowercase dashed flag names, e.g. tp-size")
+    if name in RESERVED_FLAGS:
+        fail(path, key, f"the {name} flag is set by the sweeper",
+              f"set {RESERVED_FLAGS[name]} instead")
+
+
+def _check_env_name(path: Path, key: str, name: str) -> None:
+    if not _ENV_RE.match(name):
+        fail(path, key, f"{name!r} is not a valid environment variable name",
+              "use letters, digits and underscores, not starting with a digit")
+
+
+def _check_arg_value(path: Path, key: str, value: Any) -> None:
+    if value is None:
+        fail(path, key, "null is not a flag value", "remove the key to leave the flag out")
+    if isinstance(value, dict):
+        fail(path, key, "nested maps are not flag values (SGLang's --config has none)",
+              "give a scalar or a list")
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            if isinstance(v, dict | list) or v is None:
+                fail(path, f"{key}[{i}]", f"expected a scalar, got {v!r}",
+                      "a list flag holds strings or numbers")
+        return
+    if not isinstance(value, str | int | float | bool):
+        fail(path, key, f"unsupported value {value!r}", "give a string, number or boolean")
+
+
+
+def _build(raw: StudyFile, path: Path) -> StudySpec:
+    name = raw.name if raw.name is not None else path.stem
+    if not _NAME_RE.match(name):
+        origin = "" if raw.name is not None else " (taken from the file name)"
+        fail(path, "name", f"{name!r} is not a usable study name{origin}",
+              "use letters, digits, '.', '_' and '-'")
+    storage = _check_storage(path, raw.storage) if raw.storage is not None \
+        else _default_storage(path, name)
+
+    hosts: list[HostSpec] = []
+    seen_hosts: set[str] = set()
+    for i, h in enumerate(raw.hosts):
+        key = f"hosts[{i}].ssh"
+        if not h.is_local:
+            try:
+                parse_target(h.ssh)
+            except InputError as exc:
+                fail(path, key, str(exc).removeprefix("ssh target "),
+                     "write local, an ~/.ssh/config alias, or user@host[:port]")
+        if h.ssh in seen_hosts:
+            fail(path, key, f"host {h.ssh!r} is listed twice", "list each host once")
+        seen_hosts.add(h.ssh)
+        python = h.python if h.python is not None else (
+            sys.executable if h.is_local else "python3")
+        if not python.strip():
+            fail(path, f"hosts[{i}].python", "empty", "give the python that runs SGLang")
+        if h.url is not None and not re.match(r"^https?://[^\s/]+", h.url):
+            fail(path, f"hosts[{i}].url", f"{h.url!r} is not an http(s) URL",
+                  "write e.g. http://gpu-node-1:8000 or remove it")
+        hosts.append(h.model_copy(update={"workdir": h.workdir or f"~/.sweeper/{name}",
+                                          "python": python}))
+
+    server = raw.server
+    if not server.launcher.strip():
+        fail(path, "server.launcher", "empty launcher",
+              "write e.g. \"{python} -m sglang.launch_server\"")
+    try:
+        shlex.split(server.launcher)
+    except ValueError as exc:
+        fail(path, "server.launcher", f"cannot split it into words ({exc})", "fix the quotes")
+    if not server.host.strip():
+        fail(path, "server.host", "empty bind address", "use 127.0.0.1 or 0.0.0.0")
+    for flag, value in server.args.items():
+        _check_flag_name(path, f"server.args.{flag}", flag)
+        _check_arg_value(path, f"server.args.{flag}", value)
+    env: dict[str, str] = {}
+    for var, value in server.env.items():
+        _check_env_name(path, f"server.env.{var}", var)
+        env[var] = env_value(path, f"server.env.{var}", value)
+    server = server.model_copy(update={"env": env})
+
+    space: dict[str, ParamSpec] = {}
+    for pname, praw in raw.space.items():
+        key = f"space.{pname}"
+        if pname.startswith(ENV_PREFIX):
+            var = pname[len(ENV_PREFIX):]
+            _check_env_name(path, key, var)
+            if var in env:
+                fail(path, key, f"{var} is both fixed in server.env and searched",
+                      "remove it from server.env or from space")
+        else:
+            _check_flag_name(path, key, pname)
+            if pname in server.args:
+                fail(path, key, f"{pname} is both fixed in server.args and searched",
+                      "remove it from server.args or from space")
+        space[pname] = parse_param(path, pname, praw)
+    if not space:
+        fail(path, "space", "the search space is empty",
+              "add at least one parameter, e.g. speculative-num-steps: {int: [1, 6]}")
+
+    rules = check_rules(path, space, server.args)
+    spec = StudySpec(name=name, path=path, storage=storage, hosts=hosts, server=server,
+                     baseline=raw.baseline, space=space, start_from=[],
+                     benchmark=raw.benchmark, sweep=raw.sweep, rules=rules)
+    start_from = [check_config(spec, entry, f"start_from[{i}]")
+                  for i, entry in enumerate(raw.start_from)]
+    return StudySpec(**{**spec.__dict__, "start_from": start_from})
+

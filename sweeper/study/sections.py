@@ -1,0 +1,151 @@
+"""The sections of a study file as pydantic models: structure and types.
+
+Strict types (a string where a number belongs is an error, not a silent coercion), unknown
+keys refused, except the numbers PyYAML leaves as strings: YAML 1.1 reads ``1e-3`` as the
+string '1e-3', so float fields accept numeric strings on purpose (``Duration``).
+``BenchSpec`` is also what the benchmark client takes: one definition of what to measure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+from collections.abc import Iterator
+from contextvars import ContextVar
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sweeper.errors import InputError
+from sweeper.remote.target import SSHTarget, parse_target
+from sweeper.study.base import PLACEHOLDER_PATTERN, Duration
+
+OBJECTIVES = ("mean", "median", "min")
+_IN_STUDY: ContextVar[bool] = ContextVar("sweeper_validating_study", default=False)
+
+
+@contextlib.contextmanager
+def validating_study() -> Iterator[None]:
+    """Sections validated inside this block leave their errors to the study loader."""
+    token = _IN_STUDY.set(True)
+    try:
+        yield
+    finally:
+        _IN_STUDY.reset(token)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class HostSpec(_Model):
+    """A GPU host: ``local``, an ~/.ssh/config alias, or ``user@host[:port]``."""
+
+    ssh: str
+    # "{python}" in the launcher. Default: this sweeper's own interpreter (sys.executable)
+    # for ``local`` (it has sweeper.sim), "python3" elsewhere; filled in by load_study.
+    python: str | None = None
+    workdir: str | None = None  # resolved to ~/.sweeper/<study name> by load_study
+    url: str | None = None  # reach the server here directly instead of an SSH tunnel
+
+    @property
+    def is_local(self) -> bool:
+        return self.ssh == "local"
+
+    @property
+    def is_placeholder(self) -> bool:
+        """The shipped kimi study names no real host: ``validate`` accepts it,
+        ``optimize`` refuses it with ``placeholder_message``."""
+        return fnmatch.fnmatchcase(self.ssh, PLACEHOLDER_PATTERN)
+
+    @property
+    def target(self) -> SSHTarget | None:
+        """User, host and port as written (the one SSH grammar); None for ``local``."""
+        return None if self.is_local else parse_target(self.ssh)
+
+
+class ServerSpec(_Model):
+    """How to start SGLang. Durations are seconds; args are SGLang's dashed flags."""
+
+    launcher: str = "{python} -m sglang.launch_server"
+    port: int = Field(30000, ge=1, le=65535)
+    host: str = "127.0.0.1"
+    startup_timeout: Duration = 1200.0
+    hang_timeout: Duration = 300.0
+    stop_grace: Duration = 30.0
+    args: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, Any] = Field(default_factory=dict)  # str -> str after load_study
+
+
+
+class BenchSpec(_Model):
+    """What to measure, the study's ``benchmark:`` section. The fields below ``objective``
+    are the client's patience; a study may set them, and rarely needs to.
+
+    Built directly (``sweeper bench``, tests), a bad value is an InputError naming it."""
+
+    api: Literal["chat", "generate"] = "chat"
+    max_tokens: int = Field(500, ge=1)
+    runs: int = Field(5, ge=1)
+    warmup: int = Field(1, ge=0)
+    concurrency: int = Field(1, ge=1)
+    prompts: str = "builtin"  # or a path to a .jsonl file
+    request_timeout: Duration = 600.0  # total deadline per request, enforced by the client
+    objective: Literal["mean", "median", "min"] = "mean"  # of per-run tok/s
+    model: str | None = None  # None -> ask /v1/models, else send this name
+    # A stream silent this long is stalled (httpx's read timeout is per chunk).
+    stall_timeout: Duration = 120.0
+    connect_timeout: Duration = 10.0
+    # Transport retries per request: at most this many attempts, within this many seconds.
+    max_attempts: int = Field(3, ge=1)
+    retry_budget_s: Duration = 60.0
+    retry_wait_s: float = Field(0.5, ge=0)  # first back-off; doubles per attempt, max 5 s
+
+    def __init__(self, **data: Any) -> None:
+        # Inside a study file the parent model reports errors with their key paths (pydantic
+        # prefixes a ValidationError raised here); built directly, one InputError line.
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            if _IN_STUDY.get():
+                raise
+            problems = []
+            for err in exc.errors(include_url=False):
+                name = ".".join(str(p) for p in err["loc"])
+                ctx = err.get("ctx") or {}
+                if "ge" in ctx:
+                    problems.append(f"{name} must be >= {ctx['ge']}")
+                elif err["type"] == "literal_error":
+                    problems.append(f"{name} must be one of {ctx.get('expected')}")
+                else:
+                    problems.append(f"{name}: {err['msg'].lower()}")
+            raise InputError("benchmark: " + "; ".join(problems)) from None
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump()
+
+
+class SweepSpec(_Model):
+    sampler: Literal["tpe", "random"] = "tpe"
+    seed: int | None = None
+    max_retries: int = Field(2, ge=0)
+    max_consecutive_failures: int = Field(5, ge=1)
+    n_startup_trials: int = Field(8, ge=0)
+    confirm_top: int = Field(0, ge=0)
+    confirm_runs: int = Field(5, ge=1)
+
+
+class StudyFile(_Model):
+    """The file as written; space and start_from are checked by hand (exact key paths)."""
+
+    name: str | None = None
+    storage: str | None = None
+    hosts: list[HostSpec] = Field(min_length=1)
+    server: ServerSpec = Field(default_factory=ServerSpec)
+    baseline: bool = True
+    space: dict[str, Any] = Field(default_factory=dict)
+    start_from: list[dict[str, Any]] = Field(default_factory=list)
+    benchmark: BenchSpec = Field(default_factory=BenchSpec)
+    sweep: SweepSpec = Field(default_factory=SweepSpec)
+
+
