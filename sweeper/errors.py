@@ -1,7 +1,7 @@
 """Error types the caller can catch.
 
 Two families matter to the sweep loop, because they need opposite treatment
-(shared/DESIGN.md, "A trial's life"):
+(docs/ARCHITECTURE.md, "What the optimizer is told"):
 
 * ``ConfigurationFailure``: the configuration's fault (OOM, bad flags, crash, NCCL
   error, hang, start-up deadline). The trial is PRUNED with a constraint so the
@@ -78,6 +78,6 @@ class BenchmarkTransportError(InfrastructureError):
 
 
 class CommandTimeout(InfrastructureError):
-    """A host command did not finish within its timeout."""
+    """A host command did not finish within its timeout (it was killed on the host)."""
 
-    kind = "host_unreachable"
+    kind = "command_timeout"

@@ -91,12 +91,6 @@ class LaunchConfig:
         args = {k: v for k, v in self.args.items() if not k.startswith(SPECULATIVE_PREFIX)}
         return LaunchConfig(self.launcher, args, dict(self.env))
 
-    def with_args(self, **updates: ArgValue) -> LaunchConfig:
-        """Copy with flags replaced; keyword names use dashes via ``_`` -> ``-``."""
-        args = dict(self.args)
-        args.update({k.replace("_", "-"): v for k, v in updates.items()})
-        return LaunchConfig(self.launcher, args, dict(self.env))
-
     # --- renderings ------------------------------------------------------------
     def launcher_argv(self, python: str = "python3") -> list[str]:
         # Split the template first, then substitute: a python path with spaces stays one token.
@@ -167,14 +161,6 @@ class LaunchConfig:
     def to_dict(self, redact: bool = True) -> dict[str, Any]:
         cfg = self.redacted() if redact else self
         return {"launcher": cfg.launcher, "args": dict(cfg.args), "env": dict(cfg.env)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> LaunchConfig:
-        return cls(
-            launcher=str(data.get("launcher", "{python} -m sglang.launch_server")),
-            args=dict(data.get("args", {})),
-            env={str(k): str(v) for k, v in dict(data.get("env", {})).items()},
-        )
 
     @classmethod
     def from_sglang_yaml(cls, text: str, launcher: str = "{python} -m sglang.launch_server",

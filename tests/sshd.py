@@ -9,7 +9,7 @@ Register with ``pytest_plugins = ["tests.sshd"]`` in tests/conftest.py. Fixtures
   everything it started is stopped at the end of the test.
 
 Each server runs ``sshd -D -e`` in its own process group with throwaway host and client keys
-(shared/STACK.md) and is stopped by its pid in teardown, also when tests fail. Processes
+(docs/NOTES.md) and is stopped by its pid in teardown, also when tests fail. Processes
 the tests start *through* ssh are their own business: they setsid away from sshd.
 """
 

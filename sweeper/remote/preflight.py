@@ -1,6 +1,6 @@
 """Preflight: before the first (minutes-long) restart, check the host can run the study.
 
-Flags move between SGLang versions (shared/SGLANG.md), so the truth is the installed
+Flags move between SGLang versions (docs/SGLANG.md), so the truth is the installed
 launcher's own ``--help`` on the host, not a list kept here.
 """
 

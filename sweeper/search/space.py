@@ -3,7 +3,7 @@ speculative rules built in, and sampled parameters -> LaunchConfig.
 
 Why the names look the way they do
 ----------------------------------
-SGLang's three speculative numbers depend on each other (shared/SGLANG.md):
+SGLang's three speculative numbers depend on each other (docs/SGLANG.md):
 topk == 1 forces draft tokens = steps + 1, and topk > 1 allows
 2 <= draft tokens <= steps * topk + 1. Sampling them independently would waste restarts
 on invalid trials and produce silent duplicates (SGLang rewrites the draft tokens of every
@@ -49,7 +49,6 @@ from sweeper.launch import LaunchConfig
 from sweeper.study import (
     DRAFT,
     ENV_PREFIX,
-    SPECULATIVE_PREFIX,
     STEPS,
     TOPK,
     TRIPLE,
@@ -245,8 +244,4 @@ class SearchSpace:
 
     def baseline_config(self) -> LaunchConfig:
         """The same server without speculation: server.args minus every speculative flag."""
-        server = self.spec.server
-        args = {k: v for k, v in server.args.items() if not k.startswith(SPECULATIVE_PREFIX)}
-        args["port"] = server.port
-        args["host"] = server.host
-        return LaunchConfig(launcher=server.launcher, args=args, env=dict(server.env))
+        return self.launch_config({}).without_speculation()
