@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint sshd clean
+.PHONY: demo test lint sshd chromium clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -22,7 +22,14 @@ sshd:
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openssh-server >/dev/null; }
 
-test: $(STAMP) sshd
+# The dashboard and report tests drive Debian's headless Chromium through chromedriver.
+chromium:
+	@{ test -x /usr/bin/chromium && test -x /usr/bin/chromedriver; } || { \
+	  echo "installing chromium and chromium-driver (for the browser tests)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; }
+
+test: $(STAMP) sshd chromium
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
