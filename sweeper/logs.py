@@ -1,23 +1,45 @@
-"""SGLang log parsing: the periodic "Decode batch" statistics and fatal-error markers.
+"""SGLang log parsing: the periodic "Decode batch" statistics and the failure a log ends in.
 
-Matches the line body, never the ``[2025-10-22 10:27:57 TP0] `` prefix (it changes between
-versions and ranks). Both the 0.5.x ``Decode batch.`` and newer ``Decode batch,`` spellings
-are accepted, and fields are read by name so a reordered or extended line still parses.
+Both read the line body, never the prefix before it: ``[2025-10-22 10:27:57 TP0] ``,
+``[2026-05-07 13:40:42 DP0 TP0 EP0] ``, ``[04:40:55 TP0] `` (0.3.x), or a deployment's own
+logging format. The prefix changes between versions, ranks and launchers; the body does not.
+
+Decode lines: 0.2-0.5 write ``Decode batch.``, newer builds ``Decode batch,``. Fields are
+read by name, so reordered, added (``largest-len``, ``#retracted-req``, ``cap len``...) or
+missing fields (no ``accept len`` without speculation, no ``cuda graph`` before 0.4.x) parse.
+Real excerpts of every variant are the fixtures in ``tests/fixtures/sglang_logs/``.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
-_DECODE = re.compile(r"Decode batch[.,]\s*(?P<body>.*)$")
+# A leading "[...]" holding a clock time ("[2025-10-22 10:27:57 DP0 TP0]", "[04:40:55 TP0]",
+# "[2024-07-10 14:49:44,231]"), 0.2.x's "[gpu_id=0]", or torchrun's "[rank1]: ".
+_PREFIX = re.compile(r"^(?:\[(?:[^\]]*\d\d:\d\d:\d\d[^\]]*|gpu(?:_id)?=\d+)\]|\[rank\d+\]:)\s?")
+
+# "[12]" is the forward-iteration counter SGLang adds with SGLANG_LOG_FORWARD_ITERS.
+_DECODE = re.compile(r"\bDecode batch(?: \[\d+\])?[.,]\s*(?P<body>.*)$")
 # "key: value" pairs separated by ", "; keys may contain spaces, '#' and "(token/s)".
 _FIELD = re.compile(r"\s*(?P<key>[^:,]+?)\s*:\s*(?P<value>[^,]*)")
+# Where the KV token count lives: plain models, hybrid SWA/Mamba models, HiSparse.
+_TOKEN_KEYS = ("#token", "#full token", "#gpu-token")
+
+
+def strip_prefix(line: str) -> str:
+    """The line without SGLang's ``[time rank] `` prefix and surrounding blanks."""
+    return _PREFIX.sub("", line.strip(), count=1).strip()
 
 
 @dataclass(frozen=True)
 class DecodeStat:
-    """One "Decode batch" line. ``accept_len``/``accept_rate`` are None without speculation."""
+    """One "Decode batch" line. ``accept_len``/``accept_rate`` are None without speculation.
+
+    ``cuda_graph`` is the line's graph flag whatever the device calls it ("cuda graph",
+    "npu graph", "cpu graph"), None when the version does not print one.
+    """
 
     running_req: int
     accept_len: float | None
@@ -29,13 +51,31 @@ class DecodeStat:
 
 
 def _num(fields: dict[str, str], key: str) -> float | None:
+    # "nan"/"inf" read as missing: a window without a verify step has no accept length, and
+    # one non-finite sample would poison every mean taken over it.
     raw = fields.get(key)
     if raw is None:
         return None
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError:
         return None
+    return value if math.isfinite(value) else None
+
+
+def _int(fields: dict[str, str], *keys: str) -> int | None:
+    for key in keys:
+        value = _num(fields, key)
+        if value is not None:
+            return int(value)
+    return None
+
+
+def _graph(fields: dict[str, str]) -> bool | None:
+    for key, value in fields.items():
+        if key.endswith(" graph") and value in ("True", "False"):
+            return value == "True"
+    return None
 
 
 def _parse_fields(body: str) -> dict[str, str]:
@@ -43,28 +83,30 @@ def _parse_fields(body: str) -> dict[str, str]:
 
 
 def parse_decode_lines(text: str) -> list[DecodeStat]:
-    """Every "Decode batch" line of a log, in order. Lines missing the throughput are skipped."""
+    """Every "Decode batch" line of a log, in order.
+
+    Lines without a running-request count or a finite throughput are skipped (a line cut
+    short by a terminal or a truncated tail must not count as a zero-throughput sample).
+    """
     out: list[DecodeStat] = []
     for line in text.splitlines():
         m = _DECODE.search(line)
         if not m:
             continue
         f = _parse_fields(m["body"])
-        running = _num(f, "#running-req")
+        running = _int(f, "#running-req")
         thr = _num(f, "gen throughput (token/s)")
         if running is None or thr is None:
             continue
-        cg = f.get("cuda graph")
-        tok, queue = _num(f, "#token"), _num(f, "#queue-req")
         out.append(
             DecodeStat(
-                running_req=int(running),
+                running_req=running,
                 accept_len=_num(f, "accept len"),
                 accept_rate=_num(f, "accept rate"),
                 gen_throughput=thr,
-                cuda_graph=None if cg is None else cg == "True",
-                token=None if tok is None else int(tok),
-                queue_req=None if queue is None else int(queue),
+                cuda_graph=_graph(f),
+                token=_int(f, *_TOKEN_KEYS),
+                queue_req=_int(f, "#queue-req"),
             )
         )
     return out
