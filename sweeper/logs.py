@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 # A leading "[...]" holding a clock time ("[2025-10-22 10:27:57 DP0 TP0]", "[04:40:55 TP0]",
@@ -112,37 +113,148 @@ def parse_decode_lines(text: str) -> list[DecodeStat]:
     return out
 
 
-# Most specific first: an OOM or a bad flag also prints a Traceback, so "crash" comes last;
-# an NCCL failure can surface as a scheduler exception, so NCCL precedes "crash".
-_FAILURE_MARKERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+# --- failures -------------------------------------------------------------------------------
+
+# Precedence, most specific first. The first kind with a deciding line wins; within a kind
+# the earliest line wins, because later lines are consequences: other ranks' NCCL errors
+# after one rank's OOM, "Scheduler hit an exception" wrappers, "Capture cuda graph failed"
+# re-raising the OutOfMemoryError printed above it.
+# - invalid_args: argparse errors and exceptions raised by SGLang's argument checks happen
+#   before any GPU work, so nothing printed with them can be the cause instead.
+# - oom: memory is the most specific resource failure, and the one the search must learn.
+#   NCCL failing to allocate ("Cuda failure 'out of memory'") is an OOM too, and so is a
+#   "Capture cuda graph failed" naming no cause: SGLang's own advice for it is memory
+#   (--mem-fraction-static, --cuda-graph-max-bs). One naming another cause ("CUDA error: an
+#   illegal memory access") is a crash.
+# - port_in_use: a bind failure (HTTP port, torch.distributed's TCPStore, ZMQ); it surfaces
+#   inside distributed init, so it must beat the NCCL/crash lines it drags along.
+# - nccl: communicator errors; the generic scheduler traceback that follows is a wrapper.
+# - crash: anything else that killed the server; decided by the first exception line.
+FAILURE_KINDS = ("invalid_args", "oom", "port_in_use", "nccl", "crash")
+# Not the configuration's fault: the caller retries the same parameters rather than
+# teaching the search to avoid them (sweeper.errors.InfrastructureError, e.g. PortBusy).
+INFRASTRUCTURE_KINDS = frozenset({"port_in_use"})
+
+_ARGPARSE = re.compile(
+    r"error: (?:unrecognized arguments|ambiguous option|argument -"
+    r"|the following arguments are required)"
+)
+_MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("invalid_args", _ARGPARSE),
     (
         "oom",
-        (
-            "torch.OutOfMemoryError",
-            "CUDA out of memory",
-            "Capture cuda graph failed",
-            "Not enough memory",
+        re.compile(
+            r"OutOfMemoryError|\b(?:CUDA|HIP|NPU|XPU) out of memory|CUDA error: out of memory"
+            r"|Cuda failure 'out of memory'|Capture cuda graph failed[\s:.]*$"
+            r"|Not enough memory\. Please try to increase --mem-fraction-static"
+        ),
+    ),
+    ("port_in_use", re.compile(r"address already in use|EADDRINUSE|\[Errno 98\]", re.I)),
+    (
+        "nccl",
+        re.compile(
+            r"NCCL error|NCCL WARN|DistBackendError"
+            r"|\bnccl(?:UnhandledCuda|System|Internal|Remote)Error\b|\bncclInvalid(?:Usage|Argument)\b"
         ),
     ),
     (
-        "invalid_args",
-        ("unrecognized arguments", "ambiguous option", "AssertionError", "error: argument"),
+        "crash",
+        re.compile(
+            r"Scheduler hit an exception|Initialization failed|Capture cuda graph failed"
+            r"|Traceback \(most recent call last\)|Received sigquit|scheduler is dead"
+        ),
     ),
-    ("nccl", ("NCCL error", "NCCL WARN")),
-    ("crash", ("Initialization failed", "Scheduler hit an exception", "Traceback")),
 )
+# The line Python prints for a raised exception: "RuntimeError: ...", "torch.OutOfMemoryError:
+# ...", "Exception: Capture cuda graph failed: ...", a bare "AssertionError".
+_EXCEPTION = re.compile(
+    r"^(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*)?(?:Error|Exception|Exit|Interrupt)(?::|$)"
+)
+_FRAME = re.compile(r'File "(?P<file>[^"]*)", line \d+')
+
+
+@dataclass(frozen=True)
+class Classified:
+    """A failed server log's class and the line that decided it.
+
+    ``kind`` is one of FAILURE_KINDS; ``line`` is that log line without its ``[time rank]``
+    prefix, for error messages ("CUDA out of memory. Tried to allocate 2.00 GiB ...") instead
+    of the log's last line ("Open an issue on GitHub ...").
+    """
+
+    kind: str
+    line: str
+
+
+def _statements(text: str) -> Iterator[tuple[str, str | None]]:
+    """(line, file of the innermost traceback frame above it) for every line worth reading.
+
+    Traceback frames and the source line Python prints under each are skipped: the source
+    ``raise RuntimeError(f"NCCL error: {error_str}")`` is not the error, the line after it is.
+    Frames are recognised by content, not indentation: issue pastes often lose the indent.
+    """
+    frame: str | None = None
+    after_frame = False
+    for raw in text.splitlines():
+        line = strip_prefix(raw)
+        if not line or not line.strip("^~ "):
+            continue  # blank, or the ^^^^ markers under a source line
+        m = _FRAME.search(line)
+        if m:
+            frame, after_frame = m["file"], True
+            continue
+        if after_frame:
+            after_frame = False
+            if not _EXCEPTION.match(line):  # a frame without source is followed by the error
+                continue
+        yield line, frame
+        if _EXCEPTION.match(line) or "Traceback (most recent call last)" in line:
+            frame = None  # the next traceback starts from scratch
+
+
+def _from_arg_check(line: str, frame: str | None) -> bool:
+    """An exception raised by SGLang's own argument validation (server_args.py, or the
+    arg_groups/ hooks it was split into). A bare AssertionError with no frame in sight is
+    taken as one too: SGLang validates speculative flags with asserts, and a log tail can
+    start below the traceback's frames."""
+    if frame is not None:
+        return frame.endswith("server_args.py") or "/arg_groups/" in frame
+    return line.startswith("AssertionError")
+
+
+def classify_failure_line(log_text: str) -> Classified | None:
+    """The failure class of a dead server's log and the line that decided it, or None.
+
+    Kinds, in precedence order: "invalid_args", "oom", "port_in_use", "nccl", "crash"
+    (see FAILURE_KINDS for why that order). All but "port_in_use" are
+    ``sweeper.errors.CONFIG_FAILURE_KINDS`` names; "port_in_use" is in INFRASTRUCTURE_KINDS:
+    another process holds a port, which says nothing about the configuration, so the caller
+    raises an InfrastructureError (PortBusy) and retries rather than pruning the trial.
+    "hang" and "startup_timeout" are decided by the server watchdog, not by the log text.
+    """
+    first: dict[str, str] = {}
+    first_exception: str | None = None
+    for line, frame in _statements(log_text):
+        is_exception = bool(_EXCEPTION.match(line))
+        if is_exception and "invalid_args" not in first and _from_arg_check(line, frame):
+            first["invalid_args"] = line
+        for kind, marker in _MARKERS:
+            if kind not in first and marker.search(line):
+                first[kind] = line
+        if is_exception and first_exception is None:
+            first_exception = line
+    for kind in FAILURE_KINDS[:-1]:
+        if kind in first:
+            return Classified(kind, first[kind])
+    # A crash is told by its root exception, not by the wrapper announcing it.
+    line = first_exception or first.get("crash")
+    return Classified("crash", line) if line else None
 
 
 def classify_failure(log_text: str) -> str | None:
-    """The failure class of a server log ("oom", "invalid_args", "nccl", "crash"), or None.
-
-    The classes are ``sweeper.errors.CONFIG_FAILURE_KINDS`` names; "hang" and
-    "startup_timeout" are decided by the server watchdog, not by the log text.
-    """
-    for kind, markers in _FAILURE_MARKERS:
-        if any(marker in log_text for marker in markers):
-            return kind
-    return None
+    """The failure class of a dead server's log, or None: ``classify_failure_line(...).kind``."""
+    found = classify_failure_line(log_text)
+    return found.kind if found else None
 
 
 @dataclass(frozen=True)

@@ -1,21 +1,37 @@
 """SGLang log parsing: decode lines (both spellings) and failure classes.
 
-Decode cases run on real excerpts in tests/fixtures/sglang_logs/ (sources in SOURCES.md).
+Most cases run on real excerpts in tests/fixtures/sglang_logs/ (sources in SOURCES.md).
+Lines written here for a test are labelled synthetic.
 """
 
 from __future__ import annotations
 
+import io
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from sweeper.logs import DecodeStat, classify_failure, parse_decode_lines, summarize_decode
+from sweeper.errors import CONFIG_FAILURE_KINDS
+from sweeper.logs import (
+    FAILURE_KINDS,
+    INFRASTRUCTURE_KINDS,
+    Classified,
+    DecodeStat,
+    classify_failure,
+    classify_failure_line,
+    parse_decode_lines,
+    strip_prefix,
+    summarize_decode,
+)
+from sweeper.sim.log import SimLog
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang_logs"
 
 
 def fixture(name: str) -> str:
     return (FIXTURES / f"{name}.log").read_text(encoding="utf-8")
+
 
 OLD = (
     "[2025-10-22 10:27:57 TP0] Decode batch. #running-req: 1, #token: 186, token usage: 0.00, "
@@ -39,37 +55,6 @@ def test_parses_both_spellings_ignoring_prefix() -> None:
 
 def test_no_decode_lines() -> None:
     assert parse_decode_lines("The server is fired up and ready to roll!\n") == []
-
-
-@pytest.mark.parametrize(
-    ("log", "kind"),
-    [
-        ("Traceback (most recent call last):\ntorch.OutOfMemoryError: CUDA out of memory.", "oom"),
-        ("Capture cuda graph failed: ...\nTraceback", "oom"),
-        ("Not enough memory. Please try to increase --mem-fraction-static.", "oom"),
-        ("launch_server.py: error: unrecognized arguments: --foo", "invalid_args"),
-        ("error: ambiguous option: --speculative-num could match", "invalid_args"),
-        ("Traceback (most recent call last):\nAssertionError: topk requires steps", "invalid_args"),
-        ("error: argument --tp-size: invalid int value: 'x'", "invalid_args"),
-        ("Scheduler hit an exception: ...\nNCCL error in: ... unhandled system error", "nccl"),
-        ("node:1:1 [0] NCCL WARN Call to connect returned Connection refused", "nccl"),
-        ("Initialization failed. warmup error: ...", "crash"),
-        ("Scheduler hit an exception: Traceback ...", "crash"),
-        ("The server is fired up and ready to roll!", None),
-        ("", None),
-    ],
-)
-def test_classify_failure(log: str, kind: str | None) -> None:
-    assert classify_failure(log) == kind
-
-
-def test_summarize_decode() -> None:
-    s = summarize_decode(parse_decode_lines("\n".join([OLD, OLD.replace("1.95", "2.05"), NEW])))
-    assert s.n_lines == 3 and s.eager_lines == 1
-    assert s.accept_len == pytest.approx(2.0) and s.accept_rate == pytest.approx(0.49)
-    assert s.gen_throughput == pytest.approx((178.86 * 2 + 361.2) / 3)
-    empty = summarize_decode([])
-    assert (empty.n_lines, empty.accept_len, empty.gen_throughput) == (0, None, None)
 
 
 # --- decode lines of real SGLang versions ----------------------------------------------------
@@ -156,3 +141,199 @@ def test_summary_over_a_real_window() -> None:
     spec = summarize_decode(parse_decode_lines(fixture("decode_2025_10_eagle3_accept_len_rate")))
     assert spec.accept_len == pytest.approx((2.17 + 1.95 + 1.80 + 2.05 + 1.80) / 5)
     assert spec.accept_rate == pytest.approx((0.54 + 0.49 + 0.45 + 0.51 + 0.45) / 5)
+
+
+# --- failures of real SGLang servers ----------------------------------------------------------
+
+OOM_DSV4 = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1024.00 MiB. GPU 0 has a "
+    "total capacity of 95.07 GiB of which 298.69 MiB is free. Including non-PyTorch memory, this "
+    "process has 94.77 GiB memory in use. Of the allocated memory 79.00 GiB is allocated by "
+    "PyTorch, and 206.06 MiB is reserved by PyTorch but unallocated. If reserved but unallocated "
+    "memory is large try setting PY            YTORCH_CUDA_ALLOC_CONF=expandable_segments:True to "
+    "avoid fragmentation.  See documentation for Memory Management  (https://docs.pytorch.org/"
+    "docs/stable/notes/cuda.html#optimizing-memory-usage-wit            th-pytorch-cuda-alloc-conf)"
+)
+NCCL_SYSTEM = (
+    "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)"
+)
+WARMUP_502 = "AssertionError: res=<Response [502]>, res.text=''"
+
+# fixture -> (kind, the deciding line without its "[time rank] " prefix)
+FAILURES: dict[str, tuple[str, str]] = {
+    "oom_capture_torch_oom_2026_dsv4": ("oom", OOM_DSV4),
+    "oom_runtime_cuda_error_2025_03": ("oom", "RuntimeError: CUDA error: out of memory"),
+    "crash_capture_illegal_memory_access_v0_4_4": (
+        "crash",
+        "Exception: Capture cuda graph failed: RuntimeError: CUDA error: an illegal memory "
+        "access was encountered"),
+    "crash_warmup_502_2026_01": ("crash", WARMUP_502),
+    "crash_warmup_502_2024_12": ("crash", WARMUP_502),
+    "crash_other_ranks_mention_oom_2025_12": (
+        "crash",
+        "ValueError: TP rank 1 could finish the model loading, but there are other ranks that "
+        "didn't finish loading. It is likely due to unexpected failures (e.g., OOM) or a slow "
+        "node."),
+    "crash_nccl_info_then_value_error_v0_4_4": (
+        "crash", "Scheduler hit an exception: Traceback (most recent call last):"),
+    "nccl_pynccl_system_error_2025_03": ("nccl", NCCL_SYSTEM),
+    "nccl_after_nccl_info_unindented_2025_08": ("nccl", NCCL_SYSTEM),
+    "nccl_warn_socket_then_scheduler_exception_2025_04": (
+        "nccl",
+        "h100-15:139:1092 [7] socket.c:485 NCCL WARN socketStartConnect: Connect to "
+        "10.0.0.82<38455> failed : Software caused connection abort"),
+    "nccl_distbackend_internal_error_torch": (
+        "nccl",
+        "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+        "NCCLUtils.hpp:317, internal error - please report this issue to the NCCL developers, "
+        "NCCL version 2.21.5"),
+    "port_in_use_uvicorn": (
+        "port_in_use",
+        "ERROR (uvicorn.error):  [Errno 98] error while attempting to bind on address "
+        "('0.0.0.0', 7878): address already in use"),
+    "port_in_use_c10d_tcpstore": (
+        "port_in_use",
+        "[W socket.cpp:464] [c10d] The server socket has failed to bind to [::]:29500 "
+        "(errno: 98 - Address already in use)."),
+    "invalid_args_unrecognized_v0_5_5": (
+        "invalid_args",
+        "launch_server.py: error: unrecognized arguments: --reasoning_parser kimi_k2"),
+    "invalid_args_unrecognized_speculative_2024_06": (
+        "invalid_args",
+        "launch_server.py: error: unrecognized arguments: --speculative-model [ngram] "
+        "--tensor-parallel-size 1 --num-speculative-tokens 3 --ngram-prompt-lookup-max 4 "
+        "--use-v2-block-manager"),
+    "invalid_args_invalid_choice_2025_09": (
+        "invalid_args",
+        "launch_server.py: error: argument --mm-attention-backend: invalid choice: 'triton' "
+        "(choose from 'sdpa', 'fa3', 'triton_attn', 'ascend_attn')"),
+    "invalid_args_invalid_choice_sglang_cli": (
+        "invalid_args",
+        "sglang: error: argument --attention-backend: invalid choice: 'torch_sdpa' (choose from "
+        "'triton', 'torch_native', 'flex_attention', 'nsa', 'cutlass_mla', 'fa3', 'fa4', "
+        "'flashinfer', 'flashmla', 'trtllm_mla', 'trtllm_mha', 'dual_chunk_flash_attn', 'aiter', "
+        "'wave', 'intel_amx', 'ascend', 'intel_xpu')"),
+    "invalid_args_ambiguous_option": (
+        "invalid_args",
+        "launch_server.py: error: ambiguous option: --disable-flashinfer could match "
+        "--disable-flashinfer-autotune, --disable-flashinfer-cutlass-moe-fp4-allgather"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAILURES))
+def test_real_failure_logs(name: str) -> None:
+    kind, line = FAILURES[name]
+    text = fixture(name)
+    assert classify_failure_line(text) == Classified(kind, line)
+    assert classify_failure(text) == kind
+
+
+def test_every_fixture_has_expectations_and_a_source() -> None:
+    on_disk = {p.stem for p in FIXTURES.glob("*.log")}
+    assert on_disk == set(FAILURES) | set(DECODES)
+    sources = (FIXTURES / "SOURCES.md").read_text(encoding="utf-8")
+    assert all(f"`{name}`" in sources for name in on_disk)
+
+
+# Precedence on real lines: two fixtures joined (the composition is ours, the lines are not).
+@pytest.mark.parametrize(
+    ("first", "second", "kind", "line"),
+    [
+        # an OOM beats NCCL lines whichever comes first: peers die of the OOM's consequences
+        ("nccl_warn_socket_then_scheduler_exception_2025_04", "oom_capture_torch_oom_2026_dsv4",
+         "oom", OOM_DSV4),
+        ("oom_capture_torch_oom_2026_dsv4", "nccl_pynccl_system_error_2025_03", "oom", OOM_DSV4),
+        # an NCCL error beats a later crash traceback: the crash is its consequence
+        ("nccl_after_nccl_info_unindented_2025_08", "crash_warmup_502_2026_01", "nccl",
+         NCCL_SYSTEM),
+        # a bind failure is infrastructure even when a crash traceback follows
+        ("port_in_use_c10d_tcpstore", "crash_other_ranks_mention_oom_2025_12", "port_in_use",
+         "[W socket.cpp:464] [c10d] The server socket has failed to bind to [::]:29500 "
+         "(errno: 98 - Address already in use)."),
+        # an argument error means nothing else ran
+        ("invalid_args_unrecognized_v0_5_5", "oom_runtime_cuda_error_2025_03", "invalid_args",
+         "launch_server.py: error: unrecognized arguments: --reasoning_parser kimi_k2"),
+    ],
+)
+def test_precedence_on_composed_real_logs(first: str, second: str, kind: str, line: str) -> None:
+    assert classify_failure_line(fixture(first) + fixture(second)) == Classified(kind, line)
+
+
+def test_nccl_info_lines_alone_are_no_failure() -> None:
+    head = fixture("nccl_after_nccl_info_unindented_2025_08").split("File ", 1)[0]
+    assert "NCCL INFO" in head and classify_failure_line(head) is None
+
+
+def test_port_in_use_is_the_only_infrastructure_kind() -> None:
+    assert {"port_in_use"} == INFRASTRUCTURE_KINDS
+    assert set(FAILURE_KINDS) - INFRASTRUCTURE_KINDS <= set(CONFIG_FAILURE_KINDS)
+
+
+# --- the simulated server's fatal output (sweeper.sim.fatal) ----------------------------------
+
+
+def sim_log(write: Callable[[SimLog], None]) -> str:
+    out = io.StringIO()
+    write(SimLog(out))
+    return out.getvalue()
+
+
+def test_simulated_server_failures() -> None:
+    from sweeper.sim import fatal
+    from sweeper.sim.model import Failure, InvalidArgs, MemoryPlan
+
+    plan = MemoryPlan(total_gb=80, static_gb=70, weights_gb=40, kv_gb=30, free_gb=2, graph_gb=4)
+    cases = {
+        "oom": sim_log(lambda log: fatal.capture_oom(log, plan)),
+        "invalid_args": sim_log(lambda log: fatal.invalid_args(
+            log, InvalidArgs("speculative_num_steps, ... must be positive."))),
+        "nccl": sim_log(lambda log: fatal.nccl_error(
+            log, Failure("nccl", "NCCL_ALGO=CollNetDirect: no CollNet", {}))),
+    }
+    for kind, text in cases.items():
+        assert classify_failure(text) == kind, text
+    assert classify_failure_line(cases["oom"]).line.startswith(  # type: ignore[union-attr]
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.")
+    assert classify_failure(sim_log(fatal.not_enough_memory)) == "oom"
+
+
+def test_strip_prefix() -> None:
+    assert strip_prefix("[2026-05-07 13:40:42 DP0 TP0 EP0] Decode batch, x") == "Decode batch, x"
+    assert strip_prefix("[04:40:55 TP0] Decode batch. x") == "Decode batch. x"
+    assert strip_prefix("[2024-07-10 14:49:44,231] torch.distributed.run: y") == (
+        "torch.distributed.run: y")
+    assert strip_prefix("[W socket.cpp:464] [c10d] z") == "[W socket.cpp:464] [c10d] z"
+
+
+# --- the short synthetic cases this module was first written against --------------------------
+
+
+@pytest.mark.parametrize(
+    ("log", "kind"),
+    [
+        ("Traceback (most recent call last):\ntorch.OutOfMemoryError: CUDA out of memory.", "oom"),
+        ("Capture cuda graph failed: ...\nTraceback", "oom"),
+        ("Not enough memory. Please try to increase --mem-fraction-static.", "oom"),
+        ("launch_server.py: error: unrecognized arguments: --foo", "invalid_args"),
+        ("error: ambiguous option: --speculative-num could match", "invalid_args"),
+        ("Traceback (most recent call last):\nAssertionError: topk requires steps", "invalid_args"),
+        ("error: argument --tp-size: invalid int value: 'x'", "invalid_args"),
+        ("Scheduler hit an exception: ...\nNCCL error in: ... unhandled system error", "nccl"),
+        ("node:1:1 [0] NCCL WARN Call to connect returned Connection refused", "nccl"),
+        ("Initialization failed. warmup error: ...", "crash"),
+        ("Scheduler hit an exception: Traceback ...", "crash"),
+        ("The server is fired up and ready to roll!", None),
+        ("", None),
+    ],
+)
+def test_classify_failure(log: str, kind: str | None) -> None:
+    assert classify_failure(log) == kind
+
+
+def test_summarize_decode() -> None:
+    s = summarize_decode(parse_decode_lines("\n".join([OLD, OLD.replace("1.95", "2.05"), NEW])))
+    assert s.n_lines == 3 and s.eager_lines == 1
+    assert s.accept_len == pytest.approx(2.0) and s.accept_rate == pytest.approx(0.49)
+    assert s.gen_throughput == pytest.approx((178.86 * 2 + 361.2) / 3)
+    empty = summarize_decode([])
+    assert (empty.n_lines, empty.accept_len, empty.gen_throughput) == (0, None, None)
