@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass
 
 import httpx
 
-from sweeper.errors import ConfigurationFailure, PortBusy
+from sweeper.errors import ConfigurationFailure, PortBusy, SweeperError
 from sweeper.launch import LaunchConfig
-from sweeper.measure.logs import classify_failure
+from sweeper.measure.logs import INFRASTRUCTURE_KINDS, classify_failure_line
 from sweeper.remote.host import Host
 
 POLL_SECONDS = 0.2
@@ -95,18 +95,26 @@ class ServerManager:
         return (self.host.exit_code(handle.exit_path) is not None
                 or not self.host.group_alive(handle.pgid))
 
-    def failure_from_exit(self, handle: ServerHandle, when: str) -> ConfigurationFailure:
-        """The process has ended: classify from its exit code and log tail."""
+    def failure_from_exit(self, handle: ServerHandle, when: str) -> SweeperError:
+        """The process has ended: classify from its exit code and log tail, quoting the
+        line that decided the class. Another process holding the port is not the
+        configuration's fault (PortBusy, retried); everything else is."""
         tail = self.log_tail(handle)
         code = self.host.exit_code(handle.exit_path)
-        kind = classify_failure(tail) or "crash"
-        last = next((ln for ln in reversed(tail.splitlines()) if ln.strip()), "no output")
+        found = classify_failure_line(tail)
+        if found is not None and found.kind in INFRASTRUCTURE_KINDS:
+            return PortBusy(f"{self.host.name}: the server exited {when} (exit code {code}): "
+                            f"{found.line[:200]}; another process holds port {handle.port}")
+        kind = found.kind if found is not None else "crash"
+        line = found.line if found is not None else next(
+            (ln.strip() for ln in reversed(tail.splitlines()) if ln.strip()), "no output")
         return ConfigurationFailure(
-            kind, f"server exited {when} (exit code {code}): {kind}: {last.strip()[:200]}",
+            kind, f"server exited {when} (exit code {code}): {kind}: {line[:200]}",
             _tail_lines(tail))
 
     def check_alive(self, handle: ServerHandle) -> None:
-        """Raise the classified ConfigurationFailure when the server has died."""
+        """Raise the classified failure (ConfigurationFailure or PortBusy) when the server
+        has died."""
         if self.exited(handle):
             raise self.failure_from_exit(handle, "while serving")
 
