@@ -13,7 +13,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/sweeper optimize --study demo --trials 40 --fresh
+	$(BIN)/sweeper optimize --study demo --trials 40 --fresh --yes
+	$(BIN)/sweeper report --study demo
 
 # The SSH tests start a real OpenSSH server on loopback: make sure the binary is there.
 sshd:

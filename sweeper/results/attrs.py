@@ -46,6 +46,9 @@ SAMPLER = "sampler"  # proposed by the sampler
 CONFIRM_ROLE = "confirm"  # a confirm-phase measurement of a speculative configuration
 
 # --- study user attributes -----------------------------------------------------------
+# The dashboard lists these on the study's first page, in the order they were first set:
+# short values only (whole documents go to study artifacts, e.g. confirm.json).
+WINNER = "sweeper:winner"  # the verdict in one line (results/headline.py)
 SPACE = "sweeper:space"  # the search space's signature: a changed space is refused
 SIMULATED = "sweeper:simulated"  # the study runs on the simulated server
 CONFIRMED = "sweeper:confirmed"  # the confirm phase's verdict

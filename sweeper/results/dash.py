@@ -1,4 +1,5 @@
-"""optuna-dashboard on the study's storage, bound to loopback by default."""
+"""optuna-dashboard on the study's storage, bound to loopback by default. It only reads:
+the study page's note naming the winner is written by the sweep (results/headline.py)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,21 @@ if TYPE_CHECKING:
     from sweeper.study import StudySpec
 
 
+def study_url(host: str, port: int, study_id: int) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}/dashboard/studies/{study_id}"
+
+
 def serve(spec: StudySpec, storage_url: str, host: str, port: int, console: Console) -> None:
     from optuna_dashboard import run_server
 
     load_existing(storage_url, spec.name, str(spec.path))  # a clear error before serving
+    storage = open_storage(storage_url)
+    study_id = storage.get_study_id_from_name(spec.name)
     if host not in ("127.0.0.1", "localhost", "::1"):
         console.print(f"[yellow]warning: binding {host}: optuna-dashboard has write endpoints "
                       "and no authentication; prefer an SSH tunnel to 127.0.0.1[/]")
-    console.print(f"optuna-dashboard for {spec.name!r}: http://{host}:{port}/dashboard/ "
+    console.print(f"optuna-dashboard for {spec.name!r}: {study_url(host, port, study_id)} "
                   "(Ctrl-C stops it)")
-    run_server(open_storage(storage_url), host=host, port=port,
+    run_server(storage, host=host, port=port,
                artifact_store=artifact_store(storage_url, spec.name))

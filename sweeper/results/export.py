@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import sweeper.results.verdict as R
 from sweeper.errors import InputError
 from sweeper.results import attrs as A
+from sweeper.results.headline import Headline
 from sweeper.results.storage import load_existing
 
 if TYPE_CHECKING:
@@ -30,7 +30,8 @@ def export_best(spec: StudySpec, storage_url: str, output: Path) -> Exported:
 
     study = load_existing(storage_url, spec.name, str(spec.path))
     trials = study.get_trials(deepcopy=False)
-    best = R.best_result(study, spec.benchmark.objective, trials)
+    headline = Headline.of(study, spec.benchmark.objective, trials)
+    best = headline.best
     if best is None:
         raise InputError(f"{spec.path}: study {spec.name!r} has no measured configuration "
                          "yet; run `sweeper optimize` first")
@@ -39,9 +40,8 @@ def export_best(spec: StudySpec, storage_url: str, output: Path) -> Exported:
     config = space.baseline_config() if best.is_baseline else \
         space.launch_config(space.effective(first.params))
     output.parent.mkdir(parents=True, exist_ok=True)
-    header = (f"# sweeper export of study {spec.name!r}: {R.short_params(best.effective)}\n"
-              f"# {best.stats.mean:.1f} tok/s over {best.stats.n} runs (trials "
-              f"{', '.join(map(str, best.trials))})\n")
+    header = "".join(f"# {line}\n" for line in
+                     [f"sweeper export of study {spec.name!r}", *headline.lines()])
     if study.user_attrs.get(A.SIMULATED):
         header += "# measured on the SIMULATED SGLang server (a test double), not real hardware\n"
     output.write_text(header + config.sglang_yaml())
@@ -54,6 +54,6 @@ def export_best(spec: StudySpec, storage_url: str, output: Path) -> Exported:
     if env_path is not None:
         cmd = f"(set -a; . {shlex.quote(str(env_path))}; set +a; {cmd})"
     lines = [f"wrote {output}" + (f" and {env_path}" if env_path else ""),
-             f"best: {R.short_params(best.effective)} — {best.stats.mean:.1f} tok/s",
+             *headline.lines(),
              f"launch: {cmd}"]
     return Exported(output, env_path, lines)

@@ -1,109 +1,166 @@
-"""Human-readable reports: the status table and the end-of-sweep summary."""
+"""``sweeper status`` and the end-of-sweep summary, for a terminal.
+
+The table fits 80 columns (compact configuration labels; wider when the terminal is) and
+always shows the baseline and the start_from trials, whatever the row limit. The winner's
+lines come from results/headline.py, like every other place that names it.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
 import sweeper.results.verdict as R
 from sweeper.measure.stats import summarize
 from sweeper.results import attrs as A
+from sweeper.results.headline import SIM_NOTE, Headline
 from sweeper.results.storage import load_existing
+from sweeper.results.table import trials_frame
 
 if TYPE_CHECKING:
     from sweeper.run.sweep import SweepSummary
     from sweeper.study import StudySpec
 
-SIM_NOTE = ("[dim]Figures come from the built-in SIMULATED SGLang server (a test double), "
-            "not from real hardware.[/]")
+WIDE = 120  # from this terminal width on, full labels and intervals
+_ABBREV = {"speculative-num-steps": "s", "speculative-eagle-topk": "k",
+           "speculative-num-draft-tokens": "d", "speculative-draft-tp-size": "tp"}
+_STATE = {TrialState.COMPLETE: "[green]done[/]", TrialState.PRUNED: "[red]pruned[/]",
+          TrialState.FAIL: "[magenta]failed[/]", TrialState.RUNNING: "[cyan]run[/]",
+          TrialState.WAITING: "queued"}
 
 
-def _best_lines(best: R.ConfigResult | None, base: R.ConfigResult | None) -> list[str]:
-    if best is None:
-        return ["No configuration has completed yet."]
-    st = best.stats
-    ci = "" if st.n < 2 else f" (95% CI {st.ci_low:.1f}–{st.ci_high:.1f}, {st.n} runs)"
-    acc = f", accept length {best.accept_length:.2f}" if best.accept_length else ""
-    lines = [f"Best: {R.short_params(best.effective)} — {st.mean:.1f} tok/s{ci}{acc}; "
-             f"trial(s) {', '.join(map(str, best.trials))}"]
-    if base is not None and best is not base:
-        lines.append(f"Speedup over baseline ({base.stats.mean:.1f} tok/s): "
-                     f"{R.fmt_ratio(R.speedup_over(best, base))}")
-    elif best is base:
-        lines.append("No speculative configuration beat the baseline (no speculation).")
-    return lines
+def compact_params(effective: dict[str, Any]) -> str:
+    """``s3 k2 d7 tp4 ALGO=Tree PROTO=LL``: short names, NCCL_ prefixes and unset values
+    left out (unset is NCCL's own default)."""
+    if not effective:
+        return "baseline (no spec.)"
+    parts = [f"{_ABBREV[k]}{effective[k]}" for k in _ABBREV if k in effective]
+    for key, value in effective.items():
+        if key in _ABBREV or value == "unset":
+            continue
+        name = key.removeprefix("env.").removeprefix("NCCL_")
+        parts.append(f"{name}={value}")
+    return " ".join(parts)
 
 
-def print_summary(console: Console, s: SweepSummary) -> None:
+def print_summary(console: Console, s: SweepSummary, headline: Headline) -> None:
     pruned = ", ".join(f"{k} {v}" for k, v in sorted(s.pruned.items())) or "none"
     console.print(f"\nSweep of {s.study!r} ended ({s.stopped_because}): {s.finished} trials "
                   f"restarted the server ({s.complete} measured, failed by configuration: "
                   f"{pruned}), {s.failed} infrastructure failures ({s.retried} queued again); "
                   f"{s.skipped} proposals skipped without a restart as known failures"
                   + (f", {s.reconciled} recovered from an earlier run" if s.reconciled else ""))
-    for line in _best_lines(s.best, s.baseline):
+    for line in headline.lines():
         console.print(line)
     if s.kept_server is not None:
         console.print(f"The best configuration is left running on {s.kept_server.host} port "
                       f"{s.kept_server.port} (process group {s.kept_server.pgid}; log "
                       f"{s.kept_server.log_path}). Stop it with: sweeper stop --study {s.study}")
-    if s.best is not None:
+    if headline.best is not None:
         console.print(f"Export it: sweeper export --study {s.study} -o best.yaml")
     if s.simulated:
-        console.print(SIM_NOTE)
+        console.print(f"[dim]{SIM_NOTE}[/]")
+
+
+def _shown(trials: list[FrozenTrial], limit: int | None) -> list[FrozenTrial]:
+    """The last ``limit`` trials, plus the baseline and start_from trials before them."""
+    if limit is None or len(trials) <= limit:
+        return trials
+    tail = trials[-limit:]
+    first = tail[0].number
+    anchors = [t for t in trials if t.number < first
+               and t.user_attrs.get(A.ROLE) in (A.BASELINE, A.START_FROM)]
+    return anchors + tail
 
 
 def print_status(console: Console, spec: StudySpec, storage_url: str,
-                 limit: int | None = 40) -> None:
+                 limit: int | None = 40, fmt: str = "table") -> None:
     study = load_existing(storage_url, spec.name, str(spec.path))
     trials = study.get_trials(deepcopy=False)
-    results = R.config_results(trials)
-    base = R.baseline_result(results)
-    table = Table(title=f"{spec.name} — {storage_url}", title_justify="left")
-    for col, kw in (("#", {"justify": "right"}), ("state", {}), ("configuration", {}),
-                    ("tok/s (95% CI)", {"justify": "right"}), ("accept", {"justify": "right"}),
-                    ("vs baseline", {"justify": "right"}), ("start s", {"justify": "right"}),
-                    ("note", {})):
-        table.add_column(col, **kw)
-    shown = trials if limit is None else trials[-limit:]
+    if fmt in ("csv", "json"):
+        frame = trials_frame(trials, list(spec.space))
+        text = frame.to_csv(index=False) if fmt == "csv" else \
+            frame.to_json(orient="records", indent=2)
+        console.file.write(text if text.endswith("\n") else text + "\n")
+        return
+    wide = console.width >= WIDE
+    base = R.baseline_result(R.config_results(trials))
+    # Compact: the fixed columns take ~40 characters; the configuration gets most of
+    # the rest, the note what remains. Wide: full labels and intervals.
+    room = console.width - (64 if wide else 46)
+    table = Table(title=f"{spec.name} — {storage_url}", title_justify="left",
+                  box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("state", no_wrap=True)
+    table.add_column("configuration", overflow="fold" if wide else "ellipsis",
+                     no_wrap=not wide, max_width=max(16, room * 3 // 5))
+    table.add_column("tok/s", justify="right", no_wrap=True)
+    table.add_column("acc." if not wide else "accept", justify="right", no_wrap=True)
+    table.add_column("vs base", justify="right", no_wrap=True)
+    if wide:
+        table.add_column("start s", justify="right", no_wrap=True)
+    table.add_column("note", overflow="ellipsis", no_wrap=True,
+                     max_width=max(8, room - max(16, room * 3 // 5)))
+    shown = _shown(trials, limit)
     for t in shown:
-        ua = t.user_attrs
-        runs = ua.get(A.RUNS) or []
-        st = summarize(runs) if runs else None
-        speed = R.fmt_tok_s(st) if st else "-"
-        vs = R.fmt_ratio(R.speedup_over(R.ConfigResult("", {}, "", runs=list(runs)), base)) \
-            if runs and ua.get(A.ROLE) != A.BASELINE else ("baseline" if runs else "-")
-        acc = f"{ua[A.ACCEPT]:.2f}" if ua.get(A.ACCEPT) else "-"
-        note = ua.get(A.FAILURE, "")
-        if ua.get(A.SKIPPED):
-            note = f"{note} (skipped: known)"
-        elif t.state == TrialState.FAIL and ua.get(A.FAILURE_MSG):
-            note = f"{note}: {ua[A.FAILURE_MSG][:60]}"
-        state = {TrialState.COMPLETE: "[green]done[/]", TrialState.PRUNED: "[red]pruned[/]",
-                 TrialState.FAIL: "[magenta]failed[/]", TrialState.RUNNING: "[cyan]running[/]",
-                 TrialState.WAITING: "queued"}[t.state]
-        label = R.short_params(ua.get(A.EFFECTIVE, {})) if A.EFFECTIVE in ua else (
-            "(queued)" if t.state == TrialState.WAITING else "-")
-        table.add_row(str(t.number), state, label, speed, acc, vs,
-                      f"{ua[A.STARTUP]:.1f}" if ua.get(A.STARTUP) is not None else "-",
-                      note + (" (confirm)" if ua.get(A.CONFIRM) else ""))
+        table.add_row(*_row(t, base, wide))
     console.print(table)
-    if limit is not None and len(trials) > limit:
-        console.print(f"[dim]({len(trials) - limit} earlier trials hidden; --all shows them)[/]")
-    counts = {s.name.lower(): sum(1 for t in trials if t.state == s) for s in TrialState}
+    hidden = len(trials) - len(shown)
+    if hidden:
+        console.print(f"[dim]({hidden} earlier trials hidden; --all shows them)[/]")
+    counts = {name: sum(1 for t in trials if t.state == s)
+              for s, name in ((TrialState.COMPLETE, "complete"), (TrialState.PRUNED, "pruned"),
+                              (TrialState.FAIL, "failed"), (TrialState.RUNNING, "running"),
+                              (TrialState.WAITING, "queued"))}
     console.print(", ".join(f"{v} {k}" for k, v in counts.items() if v))
     started = min((t.datetime_start for t in trials if t.datetime_start), default=None)
     if started:
         console.print(f"[dim]first trial started {started:%Y-%m-%d %H:%M}; "
                       f"now {dt.datetime.now():%H:%M}[/]")
-    v = R.verdict(study, spec.benchmark.objective, trials)
-    for line in _best_lines(v.best, v.baseline):
-        console.print(line)
-    if v.confirmed:
-        console.print("[dim](the winner of the confirm phase, on its fresh interleaved runs)[/]")
+    for line in Headline.of(study, spec.benchmark.objective, trials).lines():
+        console.print(line, soft_wrap=False)  # wrapped at words to the terminal's width
     if study.user_attrs.get(A.SIMULATED):
-        console.print(SIM_NOTE)
+        console.print(f"[dim]{SIM_NOTE}[/]")
+
+
+def _row(t: FrozenTrial, base: R.ConfigResult | None, wide: bool) -> list[str]:
+    ua = t.user_attrs
+    runs = ua.get(A.RUNS) or []
+    st = summarize(runs) if runs else None
+    if st is None:
+        speed = "-"
+    elif wide or st.n < 2:
+        speed = R.fmt_tok_s(st)
+    else:
+        speed = f"{st.mean:.0f}±{st.ci_half_width:.0f}"
+    if not runs:
+        vs = "-"
+    elif ua.get(A.ROLE) == A.BASELINE:
+        vs = "base"
+    else:
+        ratio = R.speedup_over(R.ConfigResult("", {}, "", runs=list(runs)), base)
+        vs = R.fmt_ratio(ratio) if wide else R.fmt_ratio(ratio).split(" ")[0]
+    acc = f"{ua[A.ACCEPT]:.2f}" if ua.get(A.ACCEPT) else "-"
+    note = str(ua.get(A.FAILURE, "") or "")
+    if ua.get(A.SKIPPED):
+        note = f"{note} (skipped: known)"
+    elif wide and t.state in (TrialState.FAIL, TrialState.PRUNED) and ua.get(A.FAILURE_MSG):
+        note = f"{note}: {ua[A.FAILURE_MSG]}"
+    if ua.get(A.CONFIRM):
+        note = f"confirm {note}".strip()
+    elif ua.get(A.ROLE) == A.START_FROM:
+        note = f"start_from {note}".strip()
+    eff = ua.get(A.EFFECTIVE, {}) if A.EFFECTIVE in ua else None
+    if eff is None:
+        label = "(queued)" if t.state == TrialState.WAITING else "-"
+    else:
+        label = R.short_params(eff) if wide else compact_params(eff)
+    row = [str(t.number), _STATE.get(t.state, t.state.name.lower()), label, speed, acc, vs]
+    if wide:
+        row.append(f"{ua[A.STARTUP]:.1f}" if ua.get(A.STARTUP) is not None else "-")
+    return [*row, note]

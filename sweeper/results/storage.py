@@ -10,7 +10,7 @@ from typing import Any
 
 import optuna
 from optuna.artifacts import FileSystemArtifactStore
-from optuna.distributions import distribution_to_json
+from optuna.distributions import FloatDistribution, IntDistribution, distribution_to_json
 
 from sweeper.errors import InputError
 from sweeper.results import attrs as A
@@ -83,15 +83,32 @@ def artifact_dir(url: str, study_name: str) -> Path:
     return Path("studies") / f"{study_name}.artifacts"
 
 
+def report_dir(url: str, study_name: str) -> Path:
+    """Where ``sweeper report`` writes by default: beside the storage file, like the
+    artifacts (``studies/demo-report/`` for the demo)."""
+    return artifact_dir(url, study_name).with_name(f"{study_name}-report")
+
+
 def artifact_store(url: str, study_name: str) -> FileSystemArtifactStore:
     path = artifact_dir(url, study_name)
     path.mkdir(parents=True, exist_ok=True)
     return FileSystemArtifactStore(str(path))
 
 
+def _short(dist: optuna.distributions.BaseDistribution) -> str:
+    """``int 1..6``, ``float 0.5..0.9 log``, ``choices 1|2|4``: exact, and short enough for
+    the dashboard's table of study attributes."""
+    if isinstance(dist, optuna.distributions.CategoricalDistribution):
+        return "choices " + "|".join(json.dumps(c) for c in dist.choices)
+    if isinstance(dist, IntDistribution | FloatDistribution):
+        kind = "int" if isinstance(dist, IntDistribution) else "float"
+        step = f" step {dist.step}" if dist.step not in (None, 1) else ""
+        return f"{kind} {dist.low}..{dist.high}{step}{' log' if dist.log else ''}"
+    return distribution_to_json(dist)
+
+
 def space_signature(distributions: dict[str, optuna.distributions.BaseDistribution]) -> str:
-    return json.dumps({k: json.loads(distribution_to_json(v)) for k, v in
-                       sorted(distributions.items())}, sort_keys=True)
+    return json.dumps({k: _short(v) for k, v in sorted(distributions.items())}, sort_keys=True)
 
 
 def existing_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study | None:
@@ -124,8 +141,9 @@ def delete_study(url: str, name: str) -> None:
 
 
 def load_existing(url: str, name: str, study_file: str) -> optuna.Study:
-    """The stored study for status/export; InputError when the sweep never ran."""
-    study = existing_study(open_storage(url), name)
+    """The stored study for the read-only commands (status, export, dashboard, report);
+    InputError when the sweep never ran. A storage file that does not exist is not created."""
+    study = existing_study(open_storage(url), name) if storage_exists(url) else None
     if study is None:
         raise InputError(f"{study_file}: no study {name!r} in {url} yet; run "
                          f"`sweeper optimize --study {name}` first")

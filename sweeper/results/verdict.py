@@ -97,7 +97,10 @@ def verdict(study: optuna.Study, objective: str = "mean",
     trials = trials if trials is not None else study.get_trials(deepcopy=False)
     confirmed = study.user_attrs.get(A.CONFIRMED)
     if confirmed:
-        fresh = config_results([t for t in trials if t.user_attrs.get(A.CONFIRM)])
+        # the runs of the last confirm phase, exactly as its table showed them
+        numbers = {n for ns in (confirmed.get("trials") or {}).values() for n in ns}
+        fresh = config_results([t for t in trials if t.user_attrs.get(A.CONFIRM)
+                                and (not numbers or t.number in numbers)])
         winner = next((r for r in fresh if r.config_id == confirmed.get("winner")), None)
         if winner is not None:
             return Verdict(winner, baseline_result(fresh), True)

@@ -10,6 +10,7 @@ with the baseline's on the same prompts: speculative decoding must be lossless.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from sweeper.launch import LaunchConfig
 from sweeper.measure import BenchResult, compare_outputs
 from sweeper.measure.stats import Ratio, Stats, speedup, summarize
 from sweeper.results import attrs as A
+from sweeper.results.headline import mark_best
 from sweeper.run.sweep import Sweep
 from sweeper.run.trial import Measurement
 
@@ -34,6 +36,7 @@ class Candidate:
     distributions: dict[str, optuna.distributions.BaseDistribution]
     runs: list[float] = field(default_factory=list)
     texts: dict[int, str] = field(default_factory=dict)  # prompt index -> output
+    trials: list[int] = field(default_factory=list)  # this phase's trials of it
 
     @property
     def stats(self) -> Stats:
@@ -58,6 +61,20 @@ def _texts(result: BenchResult) -> dict[int, str]:
     return out
 
 
+def leaders(sweep: Sweep, top: int) -> list[str]:
+    """The configurations a confirm phase of the top ``top`` would re-measure now."""
+    results = R.config_results(sweep.study.get_trials(deepcopy=False))
+    ranked = [r for r in R.ranked(results, sweep.bench_spec.objective) if not r.is_baseline]
+    return [r.config_id for r in ranked[:top]]
+
+
+def leaders_changed(sweep: Sweep, top: int) -> bool:
+    """Whether the leaders differ from those the last confirm phase measured (a top-up
+    that did not change them needs no new confirm phase)."""
+    last = sweep.study.user_attrs.get(A.CONFIRMED) or {}
+    return sorted(last.get("leaders", [])) != sorted(leaders(sweep, top))
+
+
 def run_confirm(sweep: Sweep, top: int, runs: int, rounds: int = 2) -> ConfirmOutcome:
     """Measure the top ``top`` configurations and the baseline ``runs`` times each,
     spread over ``rounds`` interleaved visits; record the verdict in the study."""
@@ -76,14 +93,19 @@ def run_confirm(sweep: Sweep, top: int, runs: int, rounds: int = 2) -> ConfirmOu
         cands.append(Candidate(res, sweep.config_of(res), dict(first.params),
                                dict(first.distributions)))
     per_visit = max(1, math.ceil(runs / max(1, rounds)))
+    visits, total = 0, max(1, rounds) * len(cands)
+    sweep.report.progress(0, total)
     bench = sweep.bench_spec.model_copy(update={"runs": per_visit})
     for rnd in range(max(1, rounds)):
         # rotate the order each round so no configuration always goes first
         order = cands[rnd % len(cands):] + cands[:rnd % len(cands)]
         for cand in order:
             label = R.short_params(cand.result.effective)
-            m = _visit(sweep, cand, f"confirm-{cand.result.config_id}-{rnd}", bench,
-                       f"confirm round {rnd + 1}/{rounds}: {label}: ")
+            m, number = _visit(sweep, cand, f"confirm-{cand.result.config_id}-{rnd}", bench,
+                               f"confirm round {rnd + 1}/{rounds}: {label}: ")
+            cand.trials.append(number)
+            visits += 1
+            sweep.report.progress(visits, total)
             ok_runs = [r.tok_s for r in m.bench.runs if r.counted]
             cand.runs.extend(ok_runs)
             for idx, text in _texts(m.bench).items():
@@ -105,20 +127,30 @@ def run_confirm(sweep: Sweep, top: int, runs: int, rounds: int = 2) -> ConfirmOu
             common = [k for k in keys if k in c.texts]
             diff = compare_outputs([base.texts[k] for k in common], [c.texts[k] for k in common])
             mismatches[c.result.config_id] = [common[i] for i in diff]
+    # The verdict's state stays small (the dashboard lists study attributes); the whole
+    # phase, every run included, is a study artifact (confirm.json) beside it.
     study.set_user_attr(A.CONFIRMED, {
         "winner": winner.result.config_id,
+        "leaders": [c.result.config_id for c in contenders],
+        "trials": {c.result.config_id: c.trials for c in cands},
+        "lossless_mismatches": {k: v for k, v in mismatches.items() if v},
         "runs_per_config": runs, "rounds": rounds,
+    })
+    sweep.recorder.upload_study_json("confirm.json", {
+        "winner": winner.result.config_id, "runs_per_config": runs, "rounds": rounds,
         "results": [{"config_id": c.result.config_id, "effective": c.result.effective,
-                     "baseline": c.result.is_baseline, "runs": c.runs,
+                     "baseline": c.result.is_baseline, "runs": c.runs, "trials": c.trials,
                      "mean": c.stats.mean, "ci95": [c.stats.ci_low, c.stats.ci_high],
                      "speedup": _ratio_dict(speedups.get(c.result.config_id)),
                      "lossless_mismatches": mismatches.get(c.result.config_id, [])}
-                    for c in cands],
-    })
+                    for c in cands]})
+    with contextlib.suppress(Exception):  # the dashboard's note is a courtesy
+        mark_best(study, sweep.bench_spec.objective)
     return ConfirmOutcome(cands, base, winner, speedups, mismatches)
 
 
-def _visit(sweep: Sweep, cand: Candidate, tag: str, bench: Any, label: str) -> Measurement:
+def _visit(sweep: Sweep, cand: Candidate, tag: str, bench: Any,
+           label: str) -> tuple[Measurement, int]:
     """One confirm measurement, kept as a finished trial with its evidence (role confirm,
     or baseline): nothing measured is lost, and the dashboard shows it. The trial exists
     before the server starts, so a sweeper killed here leaves a server someone can find."""
@@ -134,7 +166,7 @@ def _visit(sweep: Sweep, cand: Candidate, tag: str, bench: Any, label: str) -> M
         rec.fail(slot, getattr(exc, "kind", "interrupted"), str(exc) or type(exc).__name__)
         raise
     rec.complete(slot, m, log=sweep.runner.log_text(m.server))
-    return m
+    return m, slot.number
 
 
 def _ratio_dict(r: Ratio | None) -> dict[str, float] | None:

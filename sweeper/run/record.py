@@ -157,6 +157,14 @@ class Recorder:
             self._upload(slot, f"server-trial-{slot.number:04d}.log", self.scrub(text),
                          "text/plain")
 
+    def upload_study_json(self, name: str, data: dict[str, Any]) -> None:
+        """A study-level artifact (the dashboard lists it on the study's page)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / name
+            path.write_text(self.scrub(json.dumps(data, indent=2, default=str)), "utf-8")
+            upload_artifact(artifact_store=self.artifacts, file_path=str(path),
+                            study_or_trial=self.study, mimetype="application/json")
+
     def _upload(self, slot: Slot, name: str, text: str, mimetype: str) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / name

@@ -13,7 +13,7 @@ import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +34,7 @@ from sweeper.remote import Host, LocalHost
 from sweeper.remote.preflight import preflight
 from sweeper.remote.server import ServerHandle
 from sweeper.results import attrs as A
+from sweeper.results.headline import Headline, mark_best
 from sweeper.results.storage import (
     artifact_store,
     check_space,
@@ -143,9 +144,11 @@ class Sweep:
         self.memory = FailureMemory()
 
     # --- set-up -------------------------------------------------------------------------
-    def open(self, require_existing: bool = False, fresh: bool = False) -> optuna.Study:
+    def open(self, require_existing: bool = False, fresh: bool = False,
+             allow_delete: Callable[[int], bool] | None = None) -> optuna.Study:
         """Everything that can refuse the study runs before anything is written.
-        ``fresh`` deletes the stored study first, only once all checks have passed."""
+        ``fresh`` deletes the stored study first, only once all checks have passed and
+        ``allow_delete(number of trials)`` agreed (the CLI asks the user)."""
         sampler = make_sampler(self.options.sampler or self.spec.sweep.sampler,
                                self.options.seed if self.options.seed is not None
                                else self.spec.sweep.seed, self.spec.sweep.n_startup_trials)
@@ -180,6 +183,10 @@ class Sweep:
                 raise PreflightError(str(exc)) from exc
         if fresh and study is not None:
             n = len(study.get_trials(deepcopy=False))
+            if n and (allow_delete is None or not allow_delete(n)):
+                raise InputError(f"--fresh: not deleting the {n} trials of study "
+                                 f"{self.spec.name!r} in {self.storage_url}; add --yes to "
+                                 "delete them, or drop --fresh to add to them")
             delete_study(self.storage_url, self.spec.name)
             self.report.line(f"--fresh: deleted the {n} earlier trials of {self.spec.name!r}")
             storage = None
@@ -188,6 +195,7 @@ class Sweep:
         study = optuna.create_study(storage=storage, study_name=self.spec.name,
                                     direction="maximize", sampler=sampler, load_if_exists=True)
         if A.SPACE not in study.user_attrs:
+            study.set_user_attr(A.WINNER, "no configuration has completed yet")  # listed first
             study.set_user_attr(A.SPACE, signature)
             study.set_user_attr(A.SIMULATED, self.summary.simulated)
             self._enqueue_initial(study)
@@ -221,6 +229,7 @@ class Sweep:
         self.report.line(budget.describe(self.options.trials))
         budget.save(self.study, self.options.trials)
         self._todo = budget.todo
+        self.report.progress(0, self._todo)
         deadline = time.monotonic() + self.options.timeout if self.options.timeout else None
         consecutive = 0
         try:
@@ -237,6 +246,7 @@ class Sweep:
                                 "known to fail; the space left may be too small or mostly "
                                 "failing: narrow the space in the study file")
                         continue
+                    self.report.progress(self.summary.finished, self._todo)
                     consecutive = 0 if outcome == "complete" else consecutive + 1
                     if consecutive >= self.spec.sweep.max_consecutive_failures:
                         raise SweepAborted(
@@ -324,15 +334,13 @@ class Sweep:
         self.recorder.complete(slot, m, log=self.runner.log_text(m.server), speedup=ratio)
         self.summary.finished += 1
         self.summary.complete += 1
-        best = R.best_result(self.study, self.bench_spec.objective)
+        headline = Headline.of(self.study, self.bench_spec.objective)
+        with contextlib.suppress(Exception):  # the dashboard's note is a courtesy
+            mark_best(self.study, self.bench_spec.objective)
         result = m.bench
         acc = f", accept len {result.accept_length:.2f}" if result.accept_length else ""
-        best_txt = ""
-        if best is not None:
-            b_ratio = R.speedup_over(best, base)
-            best_txt = f" | best {best.stats.mean:.1f} (trial {best.trials[0]}" + (
-                f", {R.fmt_ratio(b_ratio)} vs baseline)" if b_ratio else ")")
-        self._line(f"{label}[green]{R.fmt_tok_s(result.stats)} tok/s[/]{acc}{best_txt}")
+        best = f" | {headline.short()}" if headline.best is not None else ""
+        self._line(f"{label}[green]{R.fmt_tok_s(result.stats)} tok/s[/]{acc}{best}")
 
     def _server_log(self, slot: Slot) -> str | None:
         handle = self.runner.current

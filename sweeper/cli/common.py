@@ -1,0 +1,82 @@
+"""What every command shares: the consoles, the study and storage options, and the map
+from error types to exit codes and one clear line."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from functools import wraps
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from sweeper import __version__
+from sweeper.errors import InputError, SweeperError
+
+if TYPE_CHECKING:
+    from sweeper.study import StudySpec
+
+
+# No locals in tracebacks: they could show a secret from the study's environment.
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  pretty_exceptions_show_locals=False,
+                  help="Find the fastest speculative-decoding configuration for an SGLang "
+                       "server, automatically.")
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"sweeper {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, help="Print the version and exit.")]
+        = False) -> None:
+    """Find the fastest speculative-decoding configuration for an SGLang server."""
+
+
+def _console(stderr: bool = False) -> Console:
+    console = Console(stderr=stderr, highlight=False, soft_wrap=True)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = 160  # a log file or a pipe: do not fold tables at 80 columns
+    return console
+
+
+out = _console()
+err = _console(stderr=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+StudyOpt = Annotated[str, typer.Option("--study", "-s", help="Study name (studies/NAME.yaml) "
+                                                            "or path to a study file.")]
+StorageOpt = Annotated[str | None, typer.Option(help="Storage URL (default: the study's, "
+                                                     "sqlite:///studies/NAME.db).")]
+
+
+def errors(fn: F) -> F:
+    """Map the error types to exit codes and one clear line."""
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except InputError as exc:
+            err.print(f"error: {exc}", markup=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+        except SweeperError as exc:
+            err.print(f"error: {exc}", markup=False, soft_wrap=True)
+            raise typer.Exit(1) from None
+    return wrapper  # type: ignore[return-value]
+
+
+def load(study: str) -> StudySpec:
+    from sweeper.study import load_study  # imported here: `--help` stays fast
+
+    return load_study(study)
+
+
+def simulated_note() -> str:
+    return ("[dim]Server: the built-in SIMULATED SGLang server (a test double); its tok/s "
+            "are not measurements of real hardware.[/]")

@@ -1,0 +1,76 @@
+"""Commands that read a study and never write it: ``status``, ``export``, ``dashboard``,
+``report``. A study that never ran is one line and exit 2, and no storage is created."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from sweeper.cli.common import StorageOpt, StudyOpt, app, errors, load, out
+from sweeper.errors import InputError
+
+
+@app.command()
+@errors
+def status(study: StudyOpt, storage: StorageOpt = None,
+           all_trials: Annotated[bool, typer.Option("--all", help="Show every trial, not only "
+                                                          "the last 40.")] = False,
+           as_csv: Annotated[bool, typer.Option("--csv", help="Every trial as CSV (one "
+                                                              "column per knob).")] = False,
+           as_json: Annotated[bool, typer.Option("--json", help="Every trial as JSON "
+                                                                "records.")] = False) -> None:
+    """A table of the trials, the best configuration so far, and its speedup."""
+    from sweeper.results.status import print_status
+
+    if as_csv and as_json:
+        raise InputError("--csv and --json: choose one")
+    spec = load(study)
+    fmt = "csv" if as_csv else "json" if as_json else "table"
+    print_status(out, spec, storage or spec.storage, limit=None if all_trials else 40, fmt=fmt)
+
+
+@app.command()
+@errors
+def export(study: StudyOpt,
+           output: Annotated[Path, typer.Option("-o", "--output", help="The launch YAML.")] =
+           Path("best.yaml"),
+           storage: StorageOpt = None) -> None:
+    """Write the best configuration as a YAML for `sglang.launch_server --config`."""
+    from sweeper.results.export import export_best
+
+    spec = load(study)
+    written = export_best(spec, storage or spec.storage, output)
+    for line in written.lines:
+        out.print(line, markup=False, soft_wrap=True)
+
+
+@app.command()
+@errors
+def dashboard(study: StudyOpt, storage: StorageOpt = None,
+              port: Annotated[int, typer.Option(help="Local port.")] = 8080,
+              host: Annotated[str, typer.Option(help="Bind address (keep 127.0.0.1: the "
+                                                     "dashboard has no authentication).")]
+              = "127.0.0.1") -> None:
+    """optuna-dashboard on the study's storage, with its artifacts."""
+    from sweeper.results.dash import serve
+
+    spec = load(study)
+    serve(spec, storage or spec.storage, host, port, out)
+
+
+@app.command()
+@errors
+def report(study: StudyOpt, storage: StorageOpt = None,
+           output: Annotated[Path | None, typer.Option(
+               "-o", "--output", help="Directory for report.html, the figures and "
+                                      "trials.csv (default: beside the storage).")] = None
+           ) -> None:
+    """The campaign as pictures and tables: report.html (opens from disk), PNGs, CSV."""
+    from sweeper.results.report import write_report
+
+    spec = load(study)
+    written = write_report(spec, storage or spec.storage, output)
+    for line in written.lines:
+        out.print(line, markup=False, soft_wrap=True)

@@ -1,0 +1,164 @@
+"""Commands that drive servers: ``optimize``, ``confirm``, ``stop``."""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from sweeper.cli.common import StorageOpt, StudyOpt, app, err, errors, load, out, simulated_note
+from sweeper.errors import InputError
+from sweeper.search.sampler import SAMPLERS
+
+if TYPE_CHECKING:
+    from sweeper.run.progress import ConsoleReporter
+    from sweeper.run.sweep import Sweep
+
+SamplerName = Enum("SamplerName", {name: name for name in SAMPLERS}, type=str)  # type: ignore[misc]
+
+
+def _allow_delete(yes: bool, study: str, storage: str) -> bool:
+    """``--fresh`` on a study that has trials: ``--yes``, or a yes at the terminal."""
+    def ask(n: int) -> bool:
+        if yes:
+            return True
+        if not sys.stdin.isatty():
+            raise InputError(f"--fresh would delete the {n} trials of study {study!r} in "
+                             f"{storage}; add --yes to confirm (no terminal to ask)")
+        return typer.confirm(f"--fresh deletes the {n} trials of study {study!r} in "
+                             f"{storage}. Delete them?", default=False)
+    return ask  # type: ignore[return-value]
+
+
+@app.command()
+@errors
+def optimize(
+    study: StudyOpt,
+    trials: Annotated[int, typer.Option(min=1, help="Run this many more finished trials.")] = 40,
+    timeout: Annotated[float | None, typer.Option(help="Stop starting trials after this many "
+                                                       "seconds.")] = None,
+    storage: StorageOpt = None,
+    sampler: Annotated[SamplerName | None, typer.Option(  # type: ignore[valid-type]
+        help="The search algorithm (default: the study's sweep.sampler).")] = None,
+    seed: Annotated[int | None, typer.Option(help="Sampler seed.")] = None,
+    keep_best: Annotated[bool, typer.Option("--keep-best", help="Leave the best configuration "
+                                                                "running at the end.")] = False,
+    confirm: Annotated[int | None, typer.Option(
+        "--confirm", min=0, help="End with a confirm phase over the top K configurations "
+                                 "(default: the study's sweep.confirm_top).")] = None,
+    no_confirm: Annotated[bool, typer.Option("--no-confirm", help="Skip the confirm "
+                                                                  "phase.")] = False,
+    fresh: Annotated[bool, typer.Option("--fresh", help="Delete this study's trials in the "
+                                                        "storage first (demo use).")] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="With --fresh: delete without "
+                                                    "asking.")] = False,
+) -> None:
+    """Run the sweep: restart SGLang with each proposed configuration and benchmark it."""
+    import optuna
+
+    from sweeper.results.headline import Headline
+    from sweeper.results.status import print_summary
+    from sweeper.run.confirm import leaders_changed
+    from sweeper.run.progress import ConsoleReporter
+    from sweeper.run.sweep import Sweep, SweepAborted, SweepOptions
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # we report trials ourselves
+    spec = load(study)
+    opts = SweepOptions(trials=trials, timeout=timeout, storage=storage,
+                        sampler=sampler.value if sampler else None, seed=seed,
+                        keep_best=keep_best)
+    reporter = ConsoleReporter(out)
+    sweep = Sweep(spec, opts, reporter)
+    sweep.open(fresh=fresh, allow_delete=_allow_delete(yes, spec.name, sweep.storage_url))
+    if sweep.summary.simulated:
+        out.print(simulated_note())
+    if len(spec.hosts) > 1:
+        err.print(f"warning: {spec.path}: hosts: this version drives one host per sweep; "
+                  f"using {spec.hosts[0].ssh}, not {', '.join(h.ssh for h in spec.hosts[1:])}",
+                  markup=False, soft_wrap=True)
+    out.print(f"Study {spec.name!r} in {sweep.storage_url}, server on {sweep.host.name}. "
+              "Ctrl-C stops cleanly; the same command resumes.")
+    try:
+        summary = sweep.run()
+    except KeyboardInterrupt:
+        reporter.close()
+        err.print(f"interrupted: the current trial was recorded as failed and queued again, "
+                  f"its server stopped. Resume with the same command: sweeper optimize "
+                  f"--study {study} --trials {trials}", markup=False, soft_wrap=True)
+        raise typer.Exit(130) from None
+    except SweepAborted as exc:
+        reporter.close()
+        print_summary(out, sweep.summary, Headline.of(sweep.study, spec.benchmark.objective))
+        err.print(f"error: sweep stopped: {exc}", markup=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    top = 0 if no_confirm else (spec.sweep.confirm_top if confirm is None else confirm)
+    if top > 0 and summary.stopped_because != "interrupted":
+        if leaders_changed(sweep, top):
+            _confirm(sweep, top, spec.sweep.confirm_runs, reporter)
+        else:
+            out.print(f"Confirm phase skipped: the top {top} are the configurations the last "
+                      "confirm phase measured (`sweeper confirm` measures them again).")
+    reporter.close()
+    print_summary(out, summary, Headline.of(sweep.study, spec.benchmark.objective))
+
+
+def _confirm(sweep: Sweep, top: int, runs: int, reporter: ConsoleReporter) -> None:
+    from sweeper.run.confirm import print_confirm, run_confirm
+
+    reporter.close()  # the sweep's bar is done; the confirm phase gets its own
+    out.print(f"Confirm phase: the top {top} configurations and the baseline, {runs} runs "
+              "each, interleaved.")
+    try:
+        outcome = run_confirm(sweep, top, runs)
+    except KeyboardInterrupt:
+        reporter.close()
+        sweep.stop_server()
+        err.print("interrupted during the confirm phase; measurements so far are kept. "
+                  "Run `sweeper confirm` again to redo it.", markup=False)
+        raise typer.Exit(130) from None
+    reporter.close()
+    print_confirm(out, outcome)
+
+
+@app.command()
+@errors
+def confirm(study: StudyOpt, storage: StorageOpt = None,
+            top: Annotated[int, typer.Option(min=1, help="How many top configurations.")] = 3,
+            runs: Annotated[int | None, typer.Option(min=1, help="Runs per configuration "
+                                                           "(default: the study's)")] = None
+            ) -> None:
+    """Re-measure the top configurations and the baseline, interleaved, and pick the
+    winner on those fresh runs (what `export` then writes)."""
+    from sweeper.run.progress import ConsoleReporter
+    from sweeper.run.sweep import Sweep, SweepOptions
+
+    spec = load(study)
+    reporter = ConsoleReporter(out)
+    sweep = Sweep(spec, SweepOptions(trials=0, storage=storage), reporter)
+    sweep.open(require_existing=True)
+    try:
+        _confirm(sweep, top, runs or spec.sweep.confirm_runs, reporter)
+    finally:
+        sweep.stop_server()
+
+
+@app.command()
+@errors
+def stop(study: StudyOpt, storage: StorageOpt = None) -> None:
+    """Stop the server that `optimize --keep-best` left running."""
+    from sweeper.run.sweep import Sweep, SweepOptions
+
+    spec = load(study)
+    sweep = Sweep(spec, SweepOptions(trials=0, storage=storage))
+    sweep.open(require_existing=True)
+    try:
+        handle = sweep.stop_kept()
+    finally:
+        sweep.host.close()
+    if handle is None:
+        out.print(f"no server left running by study {spec.name!r}")
+    else:
+        out.print(f"stopped the server on {handle.host} port {handle.port} "
+                  f"(process group {handle.pgid})")

@@ -1,0 +1,207 @@
+"""The report's figures, drawn with matplotlib (Agg: no display, no browser needed).
+
+Each function takes plain tables (pandas) and returns a Figure, or None when the study
+has nothing to draw for it (the report then says what is missing). Colours come from a
+colour-blind safe palette; fonts are sized for a laptop screen and for print.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")  # before pyplot: files only, never a window
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from sweeper.study import DRAFT, STEPS, TOPK  # noqa: E402
+
+PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442",
+           "#000000"]
+FAILURE_COLOURS = {"oom": "#D55E00", "nccl": "#CC79A7", "hang": "#E69F00",
+                   "invalid_args": "#000000", "crash": "#0072B2",
+                   "startup_timeout": "#56B4E9", "server_error": "#009E73"}
+plt.rcParams.update({"font.size": 11, "axes.titlesize": 13, "axes.labelsize": 11,
+                     "legend.fontsize": 9, "figure.dpi": 110, "axes.grid": True,
+                     "grid.alpha": 0.3})
+
+
+def _measured(df: pd.DataFrame) -> pd.DataFrame:
+    return df[(df["state"] == "complete") & df["tok_s_mean"].notna()]
+
+
+def history(df: pd.DataFrame, baseline: float | None,
+            best_so_far: Sequence[tuple[int, float]]) -> Figure | None:
+    """Every measured trial with its interval, the best configuration so far (its pooled
+    mean, as the verdict would have named it then), the baseline, failures by class."""
+    done = _measured(df)
+    if done.empty and not (df["state"] == "pruned").any():
+        return None
+    fig, ax = plt.subplots(figsize=(9, 5.2))
+    sweep = done[~done["confirm"]]
+    conf = done[done["confirm"]]
+    for part, colour, label in ((sweep, PALETTE[0], "measured trial (mean, 95% CI)"),
+                                (conf, PALETTE[2], "confirm phase")):
+        if part.empty:
+            continue
+        low = (part["tok_s_mean"] - part["tok_s_ci_low"]).fillna(0).clip(lower=0)
+        high = (part["tok_s_ci_high"] - part["tok_s_mean"]).fillna(0).clip(lower=0)
+        ax.errorbar(part["number"], part["tok_s_mean"], yerr=[low, high], fmt="o", ms=4,
+                    color=colour, ecolor=colour, alpha=0.8, capsize=2, label=label)
+    if best_so_far:
+        xs, ys = zip(*best_so_far, strict=True)
+        ax.step(xs, ys, where="post", color=PALETTE[1], lw=2,
+                label="best configuration so far (pooled mean)")
+    if baseline is not None:
+        ax.axhline(baseline, color="#555555", ls="--", lw=1.5,
+                   label=f"baseline, no speculation ({baseline:.1f})")
+    failed = df[df["state"] == "pruned"]
+    if not failed.empty:
+        floor = float(done["tok_s_ci_low"].fillna(done["tok_s_mean"]).min()) * 0.9 \
+            if not done.empty else 0.0
+        for kind, rows in failed.groupby(failed["failure"].fillna("crash")):
+            skipped = rows["skipped"]
+            ax.scatter(rows["number"][~skipped], [floor] * int((~skipped).sum()), marker="x",
+                       s=40, color=FAILURE_COLOURS.get(str(kind), "#777777"),
+                       label=f"failed: {kind}", clip_on=False, zorder=3)
+            if skipped.any():
+                ax.scatter(rows["number"][skipped], [floor] * int(skipped.sum()), marker="|",
+                           s=60, color=FAILURE_COLOURS.get(str(kind), "#777777"),
+                           label=f"skipped (predicted {kind})", clip_on=False, zorder=3)
+    ax.set_xlabel("trial")
+    ax.set_ylabel("tok/s")
+    ax.set_title("Optimization history (failures on the bottom line)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncols=3, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def landscape(df: pd.DataFrame) -> Figure | None:
+    """tok/s against steps, one panel per topk, coloured by draft tokens."""
+    done = _measured(df)
+    if STEPS not in done or done[STEPS].dropna().empty:
+        return None
+    done = done[done[STEPS].notna()]
+    topks = sorted(done[TOPK].dropna().unique()) if TOPK in done else [None]
+    fig, axes = plt.subplots(1, len(topks), figsize=(4 * len(topks) + 1, 4.2), squeeze=False,
+                             sharey=True, sharex=True, layout="constrained")
+    cmap = plt.get_cmap("viridis")
+    drafts = done[DRAFT].dropna() if DRAFT in done else pd.Series(dtype=float)
+    lo, hi = (drafts.min(), drafts.max()) if not drafts.empty else (0, 1)
+    for ax, k in zip(axes[0], topks, strict=True):
+        part = done if k is None else done[done[TOPK] == k]
+        colours = [cmap((d - lo) / max(hi - lo, 1)) for d in part.get(DRAFT, [0] * len(part))]
+        ax.scatter(part[STEPS], part["tok_s_mean"], c=colours, s=36, edgecolors="k",
+                   linewidths=0.3)
+        ax.set_title(f"topk {int(k)}" if k is not None else "all")
+        ax.set_xlabel("speculative steps")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[0][0].set_ylabel("tok/s (trial mean)")
+    if not drafts.empty:
+        sm = plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(lo, hi))
+        fig.colorbar(sm, ax=axes[0].tolist(), label="draft tokens")
+    fig.suptitle("tok/s against steps, topk and draft tokens")
+    return fig
+
+
+def acceptance(df: pd.DataFrame,
+               predicted: dict[int, list[tuple[int, float]]] | None = None) -> Figure | None:
+    """Measured accept length against steps per topk (and a model's prediction)."""
+    done = _measured(df)
+    if STEPS not in done or done["accept_length"].dropna().empty:
+        return None
+    done = done[done["accept_length"].notna() & done[STEPS].notna()]
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for i, (k, part) in enumerate(done.groupby(TOPK) if TOPK in done else [(None, done)]):
+        colour = PALETTE[i % len(PALETTE)]
+        ax.scatter(part[STEPS], part["accept_length"], color=colour, s=30,
+                   label=f"topk {int(k)} measured" if k is not None else "measured")
+        if predicted and k is not None and int(k) in predicted:
+            xs, ys = zip(*sorted(predicted[int(k)]), strict=True)
+            ax.plot(xs, ys, color=colour, lw=1.5, label=f"topk {int(k)} model")
+    ax.set_xlabel("speculative steps")
+    ax.set_ylabel("accept length (tokens per verify)")
+    ax.set_title("Accept length")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def failure_map(df: pd.DataFrame, knobs: Sequence[str]) -> Figure | None:
+    """Per knob and value: how many restarts measured, and how many failed by class."""
+    ran = df[df["state"].isin(["complete", "pruned"]) & ~df["confirm"]]
+    if ran.empty or not (ran["state"] == "pruned").any():
+        return None
+    outcome = ran["failure"].where(ran["state"] == "pruned", "measured").fillna("crash")
+    outcome = outcome.where(~ran["skipped"], outcome + " (skipped)")
+    knobs = [k for k in knobs if k in ran and ran[k].notna().any()]
+    if not knobs:
+        return None
+    cols = min(3, len(knobs))
+    rows = math.ceil(len(knobs) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    kinds = ["measured", *sorted(k for k in outcome.unique() if k != "measured")]
+    for ax, knob in zip(axes.flat, knobs, strict=False):
+        order = sorted(ran[knob].dropna().unique(), key=_natural)
+        table = pd.crosstab(ran[knob].astype(str), outcome).reindex(
+            index=[str(v) for v in order], columns=kinds, fill_value=0)
+        bottom = pd.Series(0, index=table.index)
+        for kind in kinds:
+            base_kind = kind.split(" ")[0]
+            colour = "#BBBBBB" if kind == "measured" else FAILURE_COLOURS.get(base_kind, "#777")
+            ax.bar(table.index, table[kind], bottom=bottom, color=colour, label=kind,
+                   hatch="//" if "skipped" in kind else None, edgecolor="white")
+            bottom += table[kind]
+        ax.set_title(knob.removeprefix("speculative-"), fontsize=10)
+        ax.tick_params(axis="x", labelrotation=30, labelsize=8)
+    for ax in list(axes.flat)[len(knobs):]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncols=min(len(kinds), 5))
+    fig.suptitle("Where it failed, and why (restarts per value)")
+    fig.tight_layout(rect=(0, 0.08, 1, 0.95))
+    return fig
+
+
+def _natural(value: object) -> tuple[int, float, str]:
+    """Numbers in numeric order, then text: 2, 12, 16, not "12", "16", "2"."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return (0, float(value), "")
+    return (1, 0.0, str(value))
+
+
+def importance(scores: dict[str, float]) -> Figure | None:
+    if not scores:
+        return None
+    items = sorted(scores.items(), key=lambda kv: kv[1])
+    fig, ax = plt.subplots(figsize=(6.5, 0.45 * len(items) + 1.2))
+    ax.barh([k.removeprefix("speculative-") for k, _ in items], [v for _, v in items],
+            color=PALETTE[0])
+    ax.set_xlabel("importance (fANOVA, share of tok/s variance)")
+    ax.set_title("Which knobs matter")
+    fig.tight_layout()
+    return fig
+
+
+def leaders(rows: list[tuple[str, float, float, float]]) -> Figure | None:
+    """Speedup over the baseline with its 95% interval: (label, ratio, low, high)."""
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 0.5 * len(rows) + 1.5))
+    labels = [r[0] for r in rows][::-1]
+    pct = [(r[1] - 1) * 100 for r in rows][::-1]
+    err_lo = [max((r[1] - r[2]) * 100, 0) if not math.isnan(r[2]) else 0 for r in rows][::-1]
+    err_hi = [max((r[3] - r[1]) * 100, 0) if not math.isnan(r[3]) else 0 for r in rows][::-1]
+    ax.barh(labels, pct, xerr=[err_lo, err_hi], color=PALETTE[2], capsize=3)
+    ax.axvline(0, color="#555555", lw=1)
+    ax.set_xlabel("speedup over the baseline, % (95% interval)")
+    ax.set_title("The leaders against no speculation")
+    ax.tick_params(axis="y", labelsize=8)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,136 @@
+"""The winner, told the same way everywhere a user looks.
+
+``results/verdict.py`` decides the winner; this module only words it: the end-of-sweep
+summary, ``sweeper status``, the live output's "best" label, the export's header and the
+dashboard's study note all come from one ``Headline``, so they cannot disagree.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+import sweeper.results.verdict as R
+from sweeper.measure.stats import Ratio
+from sweeper.results import attrs as A
+
+SIM_NOTE = ("Figures come from the built-in SIMULATED SGLang server (a test double), "
+            "not from real hardware.")
+
+
+def _trials_text(numbers: list[int]) -> str:
+    if len(numbers) == 1:
+        return f"trial {numbers[0]}"
+    return f"trials {', '.join(map(str, numbers))} pooled"
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The verdict in words: the winner, its interval, its runs and trials, its speedup."""
+
+    best: R.ConfigResult | None
+    baseline: R.ConfigResult | None
+    confirmed: bool
+
+    @classmethod
+    def of(cls, study: optuna.Study, objective: str = "mean",
+           trials: list[FrozenTrial] | None = None) -> Headline:
+        v = R.verdict(study, objective, trials)
+        return cls(v.best, v.baseline, v.confirmed)
+
+    @property
+    def speedup(self) -> Ratio | None:
+        if self.best is None or self.best.is_baseline:
+            return None
+        return R.speedup_over(self.best, self.baseline)
+
+    @property
+    def label(self) -> str:
+        return R.short_params(self.best.effective) if self.best else "-"
+
+    def figure(self) -> str:
+        """``535.6 tok/s (95% CI 505.4–565.8, 12 runs; trials 12, 30 pooled)``"""
+        assert self.best is not None
+        st = self.best.stats
+        ci = "" if st.n < 2 or math.isnan(st.ci_low) else \
+            f"95% CI {st.ci_low:.1f}–{st.ci_high:.1f}, "
+        return (f"{st.mean:.1f} tok/s ({ci}{st.n} run{'s' if st.n != 1 else ''}; "
+                f"{_trials_text(self.best.trials)})")
+
+    def lines(self) -> list[str]:
+        """The summary a terminal shows (status, end of a sweep)."""
+        if self.best is None:
+            return ["No configuration has completed yet."]
+        acc = f", accept length {self.best.accept_length:.2f}" \
+            if self.best.accept_length else ""
+        out = [f"Best: {self.label} — {self.figure()}{acc}"]
+        if self.best.is_baseline:
+            out.append("No speculative configuration beat the baseline (no speculation).")
+        elif self.baseline is not None:
+            out.append(f"Speedup over baseline ({self.baseline.stats.mean:.1f} tok/s): "
+                       f"{R.fmt_ratio(self.speedup)}")
+        if self.confirmed:
+            out.append("(the winner of the confirm phase, on its fresh interleaved runs)")
+        return out
+
+    def one_line(self) -> str:
+        """The dashboard's study attribute: winner, figure, speedup, how it was decided."""
+        if self.best is None:
+            return "no configuration has completed yet"
+        vs = f"; {R.fmt_ratio(self.speedup)} vs baseline" if self.speedup else ""
+        how = "; confirmed on fresh runs" if self.confirmed else ""
+        return f"{self.label} — {self.figure()}{vs}{how}"
+
+    def short(self) -> str:
+        """The live output's label: ``best 535.6 ± 30.2 (trials 12, 30 pooled, +58.9%)``."""
+        if self.best is None:
+            return ""
+        st = self.best.stats
+        vs = f", {R.fmt_ratio(self.speedup).split(' ')[0]} vs baseline" if self.speedup else ""
+        return f"best {R.fmt_tok_s(st)} ({_trials_text(self.best.trials)}{vs})"
+
+    def markdown(self, study: optuna.Study, simulated: bool) -> str:
+        """The dashboard's study note: the winner first, then why the "Best Trial" card
+        may name another trial."""
+        name = study.study_name
+        if self.best is None:
+            return f"## {name}\n\nNo configuration has completed yet."
+        parts = [f"## Winner: {self.label}", "",
+                 f"**{self.figure()}**" + (f" — **{R.fmt_ratio(self.speedup)}** over the "
+                                           f"baseline ({self.baseline.stats.mean:.1f} tok/s, "
+                                           "no speculation)"
+                                           if self.speedup and self.baseline else "")]
+        if self.confirmed:
+            parts += ["", "Decided by the confirm phase on fresh, interleaved runs."]
+        parts += ["", f"Export it: `sweeper export --study {name} -o best.yaml`"]
+        single = _best_single(study)
+        if single is not None and single.number not in self.best.trials:
+            parts += ["", f"The *Best Trial* card shows the single highest measurement "
+                          f"(trial {single.number}, {single.value:.1f} tok/s). The winner "
+                          "above pools every measurement of its configuration (and, after "
+                          "a confirm phase, its fresh runs), so one lucky run cannot win."]
+        if simulated:
+            parts += ["", f"*{SIM_NOTE}*"]
+        return "\n".join(parts)
+
+
+def _best_single(study: optuna.Study) -> FrozenTrial | None:
+    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if t.value is not None]
+    return max(done, key=lambda t: t.value or 0.0, default=None)
+
+
+def mark_best(study: optuna.Study, objective: str = "mean") -> None:
+    """Keep the dashboard's study page in step with the verdict: the metric's name and a
+    note naming the winner. Called after each measured trial and after a confirm phase."""
+    from optuna_dashboard import save_note
+
+    if study.metric_names != ["tok/s"]:
+        study.set_metric_names(["tok/s"])
+    simulated = bool(study.user_attrs.get(A.SIMULATED))
+    headline = Headline.of(study, objective)
+    study.set_user_attr(A.WINNER, headline.one_line())
+    save_note(study, headline.markdown(study, simulated))

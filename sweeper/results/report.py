@@ -1,0 +1,228 @@
+"""``sweeper report``: the campaign as one self-contained HTML page (figures embedded, opens
+from disk with no server), the figures as PNGs, and ``trials.csv``.
+
+Everything comes from the storage: the trials table (results/table.py), the verdict
+(results/headline.py, the same words as ``status``), and the figures (results/figures.py).
+A study with nothing to draw for a figure gets a sentence saying what is missing.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import optuna
+import pandas as pd
+from optuna.trial import FrozenTrial, TrialState
+
+import sweeper.results.verdict as R
+from sweeper.results import attrs as A
+from sweeper.results import figures
+from sweeper.results.headline import SIM_NOTE, Headline
+from sweeper.results.storage import load_existing, report_dir
+from sweeper.results.table import trials_frame
+from sweeper.results.why import why_it_wins
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from sweeper.study import StudySpec
+
+FIGURES = ("history", "landscape", "acceptance", "failures", "importance", "leaders")
+
+
+@dataclass
+class Written:
+    directory: Path
+    html: Path
+    csv: Path
+    pngs: dict[str, Path] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)  # figure -> why it is absent
+    lines: list[str] = field(default_factory=list)
+
+
+def write_report(spec: StudySpec, storage_url: str, output: Path | None) -> Written:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = load_existing(storage_url, spec.name, str(spec.path))
+    trials = study.get_trials(deepcopy=False)
+    out_dir = output or report_dir(storage_url, spec.name)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    knobs = list(spec.space)
+    df = trials_frame(trials, knobs)
+    written = Written(out_dir, out_dir / "report.html", out_dir / "trials.csv")
+    df.to_csv(written.csv, index=False)
+
+    headline = Headline.of(study, spec.benchmark.objective, trials)
+    results = R.config_results(trials)
+    base = headline.baseline  # the verdict's baseline, as status and export show it
+    drawn = {
+        "history": (figures.history(df, base.stats.mean if base else None,
+                                    _best_so_far(trials, spec.benchmark.objective)),
+                    "no trial has been measured or has failed yet"),
+        "landscape": (figures.landscape(df), "no speculative configuration was measured"),
+        "acceptance": (figures.acceptance(df), "no accept length was measured"),
+        "failures": (figures.failure_map(df, knobs), "no configuration failed"),
+        "importance": (figures.importance(_importance(trials, spec, knobs)),
+                       "too few measured configurations to rank the knobs (needs 3)"),
+        "leaders": (figures.leaders(_leader_rows(results, base, spec.benchmark.objective)),
+                    "no baseline and speculative configuration to compare"),
+    }
+    images: dict[str, str] = {}
+    for name, (fig, why) in drawn.items():
+        if fig is None:
+            written.missing[name] = why
+            continue
+        png = out_dir / f"{name}.png"
+        images[name] = _save(fig, png)
+        written.pngs[name] = png
+    default = _start_from_result(trials, results)
+    why = why_it_wins(headline.best, default, base)
+    simulated = bool(study.user_attrs.get(A.SIMULATED))
+    written.html.write_text(_page(spec, study, headline, df, images, written.missing, why,
+                                  simulated), encoding="utf-8")
+    written.lines = [f"wrote {written.html} ({len(images)} figures; trials.csv, PNGs beside it)"]
+    written.lines += [f"  no {name} figure: {why}" for name, why in written.missing.items()]
+    return written
+
+
+def _save(fig: Figure, path: Path) -> str:
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    plt.close(fig)
+    data = buf.getvalue()
+    path.write_bytes(data)
+    return base64.b64encode(data).decode()
+
+
+def _best_so_far(trials: list[FrozenTrial], objective: str) -> list[tuple[int, float]]:
+    """After each measured sweep trial, the pooled mean of the configuration the verdict
+    would have named then (confirm runs excluded: they come after the sweep)."""
+    done = [t for t in trials if t.state == TrialState.COMPLETE and not t.user_attrs.get(A.CONFIRM)]
+    out: list[tuple[int, float]] = []
+    for i, t in enumerate(done):
+        top = R.ranked(R.config_results(done[: i + 1]), objective)
+        if top:
+            out.append((t.number, top[0].objective(objective)))
+    return out
+
+
+def _leader_rows(results: list[R.ConfigResult], base: R.ConfigResult | None,
+                 objective: str) -> list[tuple[str, float, float, float]]:
+    if base is None:
+        return []
+    rows = []
+    for r in [r for r in R.ranked(results, objective) if not r.is_baseline][:8]:
+        ratio = R.speedup_over(r, base)
+        if ratio is not None:
+            rows.append((R.short_params(r.effective), ratio.ratio, ratio.low, ratio.high))
+    return rows
+
+
+def _start_from_result(trials: list[FrozenTrial],
+                       results: list[R.ConfigResult]) -> R.ConfigResult | None:
+    first = next((t for t in trials if t.user_attrs.get(A.ROLE) == A.START_FROM
+                  and t.state == TrialState.COMPLETE), None)
+    if first is None:
+        return None
+    return next((r for r in results if r.config_id == first.user_attrs.get(A.CONFIG_ID)), None)
+
+
+def _importance(trials: list[FrozenTrial], spec: StudySpec, knobs: list[str]) -> dict[str, float]:
+    """fANOVA over the physical knobs: the effective configurations (one name per knob,
+    the derived draft tokens included) rebuilt as an in-memory study."""
+    from optuna.distributions import CategoricalDistribution
+
+    done = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None
+            and t.user_attrs.get(A.EFFECTIVE) and not t.user_attrs.get(A.CONFIRM)]
+    if len({t.user_attrs.get(A.CONFIG_ID) for t in done}) < 3:
+        return {}
+    values: dict[str, set[str]] = {k: set() for k in knobs}
+    for t in done:
+        for k in knobs:
+            values[k].add(str(t.user_attrs[A.EFFECTIVE].get(k)))
+    varied = [k for k in knobs if len(values[k]) > 1]
+    if not varied:
+        return {}
+    dists = {k: CategoricalDistribution(sorted(values[k])) for k in varied}
+    study = optuna.create_study(direction="maximize")
+    for t in done:
+        eff = t.user_attrs[A.EFFECTIVE]
+        study.add_trial(optuna.trial.create_trial(
+            params={k: str(eff.get(k)) for k in varied}, distributions=dists, value=t.value))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            scores = optuna.importance.get_param_importances(
+                study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0))
+        except (RuntimeError, ValueError):
+            return {}
+    return {k: float(v) for k, v in scores.items() if not math.isnan(v)}
+
+
+def _table(df: pd.DataFrame) -> str:
+    return df.to_html(index=False, na_rep="", border=0, classes="data",
+                      float_format=lambda x: f"{x:.2f}")
+
+
+def _page(spec: StudySpec, study: optuna.Study, headline: Headline, df: pd.DataFrame,
+          images: dict[str, str], missing: dict[str, str], why: dict[str, Any] | None,
+          simulated: bool) -> str:
+    esc = html.escape
+    parts = [f"<h1>sweeper report: {esc(spec.name)}</h1>"]
+    if simulated:
+        parts.append(f'<p class="sim">{esc(SIM_NOTE)}</p>')
+    parts.append("<h2>The winner</h2><ul>" +
+                 "".join(f"<li>{esc(line)}</li>" for line in headline.lines()) + "</ul>")
+    if why is not None:
+        parts.append(f"<h2>Why it wins</h2><p>{esc(why['sentence'])}</p>"
+                     + _table(pd.DataFrame(why["rows"])))
+    titles = {"history": "Optimization history", "landscape": "tok/s across the space",
+              "acceptance": "Accept length", "failures": "Failures",
+              "importance": "Which knobs matter", "leaders": "Leaders against the baseline"}
+    for name in FIGURES:
+        parts.append(f"<h2>{titles[name]}</h2>")
+        if name in images:
+            parts.append(f'<img id="fig-{name}" alt="{titles[name]}" '
+                         f'src="data:image/png;base64,{images[name]}">')
+        else:
+            parts.append(f'<p class="missing" id="missing-{name}">Not drawn: '
+                         f"{esc(missing.get(name, ''))}.</p>")
+    confirmed = study.user_attrs.get(A.CONFIRMED)
+    if confirmed:
+        rows = [{"configuration": R.short_params(r.get("effective") or {}),
+                 "runs": len(r.get("runs", [])), "mean tok/s": r.get("mean"),
+                 "speedup": (r.get("speedup") or {}).get("ratio"),
+                 "lossless": "-" if r.get("baseline") else (
+                     "same outputs" if not r.get("lossless_mismatches") else
+                     f"differs on prompts {r['lossless_mismatches']}")}
+                for r in confirmed.get("results", [])]
+        parts.append("<h2>Confirm phase (fresh, interleaved runs)</h2>"
+                     + _table(pd.DataFrame(rows)))
+    shown = df[["number", "state", "role", *[c for c in spec.space if c in df],
+                "failure", "runs", "tok_s_mean", "tok_s_ci_low", "tok_s_ci_high",
+                "accept_length", "startup_s"]]
+    parts.append("<h2>Trials</h2>" + _table(shown))
+    body = "\n".join(parts)
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>sweeper report: {esc(spec.name)}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; max-width: 1100px; margin: 2em auto;
+       color: #222; line-height: 1.45; }}
+h1 {{ font-size: 1.6em; }} h2 {{ margin-top: 1.6em; border-bottom: 1px solid #ddd; }}
+img {{ max-width: 100%; border: 1px solid #eee; }}
+table.data {{ border-collapse: collapse; font-size: 0.85em; }}
+table.data td, table.data th {{ padding: 2px 8px; border-bottom: 1px solid #eee; }}
+.sim {{ background: #fff6d6; padding: 0.5em; }} .missing {{ color: #777; }}
+@media print {{ body {{ max-width: none; }} }}
+</style></head><body>
+{body}
+</body></html>
+"""
