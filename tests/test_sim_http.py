@@ -88,6 +88,7 @@ def test_server_info_reports_args_and_acceptance(servers: dict[str, SimProcess])
     generate(url, "server info please", 60)
     info = get_json(url + "/get_server_info")
     assert info["simulated"] is True and info["sim_profile"] == "demo"
+    assert info["gpu_name"] == "NVIDIA L40S (simulated)" and info["num_gpus"] == 4
     assert info["speculative_num_steps"] == 3 and info["speculative_num_draft_tokens"] == 4
     assert info["tp_size"] == 4
     state = info["internal_states"][0]

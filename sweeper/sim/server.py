@@ -174,11 +174,14 @@ class SimHandler(WireMixin):
             if s.engine.cfg.speculative:
                 internal["avg_spec_accept_length"] = round(s.engine.avg_accept_length(), 4)
         body = dict(s.server_args)
+        hardware = s.profile.hardware
         body.update({
             "internal_states": [internal],
             "version": SIM_VERSION,
             "simulated": True,
             "sim_profile": s.profile.name,
+            "gpu_name": hardware.gpu_name,
+            "num_gpus": hardware.num_gpus,
             "max_total_num_tokens": s.engine.max_total_tokens if s.engine else None,
         })
         if s.engine is not None and s.engine.cfg.adaptive is not None:
