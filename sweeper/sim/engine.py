@@ -173,8 +173,8 @@ class Engine:
             crash = False
             if not warmup:
                 self.generation_requests += 1
-                limit_ = self.faults.crash_after
-                crash = limit_ is not None and self.generation_requests > limit_
+                budget = self.faults.crash_after
+                crash = budget is not None and self.generation_requests > budget
             req = Request(
                 rid=self._next_rid,
                 prompt_tokens=prompt_tokens,

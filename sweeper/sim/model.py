@@ -12,13 +12,13 @@ Model (all coefficients from the profile; profiles/demo.yaml explains each):
   a roofline plus overheads::
 
       fixed + max(weights, compute_per_token x T) + allreduce_per_token x T
-            + attention_per_request x batch + per_token x (k - 1)
+            + per_request x batch + per_token x (k - 1)
 
   Streaming the weights bounds small forwards from below (memory-bound): at batch 1,
   verifying a few more draft tokens is nearly free. The GEMMs' FLOPs grow with T and take
   over past the ridge T* = weights / compute_per_token: at large batch x draft tokens
-  every verified token costs compute, accepted or not, while each request's KV-cache read
-  (attention) is paid once per forward whatever k is; the TP all-reduce moves every
+  every verified token costs compute, accepted or not, while each request's memory-bound
+  work (its KV-cache read) is paid once per forward whatever k is; the TP all-reduce moves every
   token's activations over the links, outside the roofline. The draft's cost grows with the
   requests it drafts for. So at high concurrency fewer steps win, and past the ridge no
   speculation can win; nothing in the code says so, it follows from the coefficients.

@@ -62,7 +62,9 @@ class Target:
     weights_ms: float  # streaming the weights from HBM once: the memory-bound floor
     compute_ms_per_token: float  # GEMM FLOPs of one token at the achievable rate
     allreduce_ms_per_token: float  # one token's activations over the TP links, every layer
-    per_request_ms: float  # each request's KV-cache read (memory-bound, per forward)
+    # each request's memory-bound work per forward: its KV-cache read (in a MoE also the
+    # experts its token routes to); paid once per forward, whatever k is
+    per_request_ms: float
     per_token_ms: float  # each further verify position: per-position tree/accept/sampling kernels
     eager_ms: float  # extra per forward without a CUDA graph (launch overhead)
     prefill_ms: float  # first token of a short prompt

@@ -55,7 +55,8 @@ class SimConfig:
     warnings: tuple[str, ...] = ()
     adaptive: AdaptiveConfig | None = None  # --speculative-adaptive in effect
     residual: float = 1.0  # fixed speed factor of this configuration (1 = none)
-    args: Mapping[str, Any] = field(default_factory=dict)  # the flags as given, normalised
+    # the flags as given, normalised (for rules); out of repr: they may hold --api-key
+    args: Mapping[str, Any] = field(default_factory=dict, repr=False)
     # the whole environment, for profile rules only (env above keeps NCCL_*: the model's
     # input and the configuration's identity)
     environ: Mapping[str, str] = field(default_factory=dict, repr=False)
