@@ -3,7 +3,9 @@
 Prints, for the kimi-k2.5-8xh200 profile: the ground truth (expected_throughput) next to the
 DESIGN.md table, then the same configurations measured over HTTP against a real
 ``python -m sweeper.sim`` process (short start-up, noise off, one 500-token chat stream each),
-optionally the seeded run-to-run spread (noise on), and the demo profile's landscape.
+optionally the seeded run-to-run spread (noise on), the demo profile's landscape, and for both
+profiles the optimum of their study's space at concurrency 1, 4, 16 and 32 (the roofline's
+consequence: fewer steps win as the batch grows).
 
 Every figure here comes from a TEST DOUBLE: it shows that the simulator reproduces the
 campaign it was calibrated to, never how real hardware performs.
@@ -114,6 +116,43 @@ def noise_table(seed: int) -> None:
           f"avg accept length {accept:.2f}")
 
 
+def study_space(profile: str) -> list[tuple[dict[str, Any], dict[str, str]]]:
+    """The shipped study's space for this profile (studies/demo.yaml, eagle3-kimi.yaml)."""
+    kimi = profile == KIMI
+    channels = ("", "4", "8", "16") if kimi else ("",)
+    algos = ("", "Ring", "Tree") if kimi else ("", "Ring", "Tree", "CollNetDirect")
+    out = []
+    for steps, topk, draft, dtp in itertools.product(range(1, 7), (1, 2, 4), range(2, 17),
+                                                     (1, 8) if kimi else (1, 4)):
+        if (topk == 1 and draft != steps + 1) or draft > steps * topk + 1:
+            continue
+        for algo, proto, ch in itertools.product(algos, ("", "LL", "LL128", "Simple"), channels):
+            env = {k: v for k, v in (("NCCL_ALGO", algo), ("NCCL_PROTO", proto),
+                                     ("NCCL_MIN_NCHANNELS", ch)) if v}
+            out.append((eagle(steps, topk, draft, **{"speculative-draft-tp-size": dtp}), env))
+    return out
+
+
+def concurrency_optima(levels: tuple[int, ...] = (1, 4, 16, 32)) -> None:
+    print("\n## Optimum per concurrency (ground truth over each study's space; ranked by the "
+          "server's total tok/s, the benchmark's figure above concurrency 1)")
+    for profile in ("demo", KIMI):
+        space = study_space(profile)
+        print(f"{profile} ({len(space)} configurations):")
+        for c in levels:
+            base = expected_throughput(profile, {}, {}, concurrency=c)
+            scored = [(expected_throughput(profile, a, e, concurrency=c), a, e) for a, e in space]
+            e, args, env = max((r for r in scored if r[0].total_tok_s),
+                               key=lambda r: r[0].total_tok_s or 0.0)
+            total, per_req = e.total_tok_s or 0.0, e.tok_s or 0.0
+            print(f"  c={c:<3} {total:8.1f} tok/s total ({per_req:6.1f}/request)  "
+                  f"steps {args['speculative-num-steps']} topk {args['speculative-eagle-topk']} "
+                  f"draft {args['speculative-num-draft-tokens']} "
+                  f"draft-tp {args['speculative-draft-tp-size']} {env or 'NCCL defaults'}; "
+                  f"no speculation {base.total_tok_s or 0.0:.1f} "
+                  f"(x{total / (base.total_tok_s or 1.0):.2f})")
+
+
 def demo_landscape() -> None:
     print("\n## Demo profile landscape (ground truth over the demo study's space)")
     base = expected_throughput("demo", {}, {}).tok_s or 0.0
@@ -159,6 +198,7 @@ def main() -> None:
     if ns.with_noise:
         noise_table(ns.seed)
     demo_landscape()
+    concurrency_optima()
 
 
 if __name__ == "__main__":

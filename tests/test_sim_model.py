@@ -181,6 +181,6 @@ def test_profiles_load_by_name_and_path_with_clear_errors(tmp_path: Path) -> Non
     with pytest.raises(ProfileError, match="unknown sim profile"):
         load_profile("nope")
     bad = tmp_path / "bad.yaml"
-    bad.write_text((PROFILE_DIR / "demo.yaml").read_text().replace("forward_ms", "fwd_ms"))
+    bad.write_text((PROFILE_DIR / "demo.yaml").read_text().replace("fixed_ms", "fwd_ms"))
     with pytest.raises(ProfileError, match="fwd_ms"):
         load_profile(bad)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import statistics
+import threading
+import time
 
 import pytest
 
@@ -49,3 +51,30 @@ def test_noise_is_per_request_seeded_and_reproducible(spawn) -> None:
     # same seed, same request order: the same run-to-run pattern
     # (4%: wall-clock jitter on a busy 2-core machine; the noise itself is ~6% per run)
     assert again == pytest.approx(first, rel=0.04)
+
+
+def test_concurrent_streams_see_the_models_batched_figures(spawn) -> None:
+    sim = spawn([*FAST, "--sim-noise", "0", *flags(BEST_DEMO)], env=NCCL)
+    sim.wait_healthy()
+    truth = expected_throughput("demo", BEST_DEMO, NCCL, concurrency=4)
+    assert truth.tok_s is not None and truth.total_tok_s is not None
+    results: list[float] = []
+    barrier = threading.Barrier(4)
+
+    def one() -> None:
+        barrier.wait(timeout=10)  # all four arrive together, like a benchmark round
+        results.append(stream_chat(sim.url, "batched", 500).tok_s)
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    wall = time.monotonic() - started
+    assert len(results) == 4
+    for tok_s in results:
+        assert tok_s == pytest.approx(truth.tok_s, rel=0.03)
+    assert 4 * 500 / wall == pytest.approx(truth.total_tok_s, rel=0.04)
+    alone = expected_throughput("demo", BEST_DEMO, NCCL).tok_s or 0
+    assert truth.tok_s < 0.97 * alone  # sharing the batch costs each stream something

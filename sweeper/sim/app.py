@@ -17,15 +17,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from sweeper.sim import fatal, model
+from sweeper.sim import adaptive, fatal, model
 from sweeper.sim.cli import launch_args, parse_args
 from sweeper.sim.engine import Engine, NoiseSource
+from sweeper.sim.faults import ActiveFaults, FaultSpecError, active_faults, parse_cli_fault
 from sweeper.sim.log import SimLog
-from sweeper.sim.model import InvalidArgs, SimConfig
+from sweeper.sim.model import WARMUP_TOKENS, InvalidArgs, SimConfig
 from sweeper.sim.profiles import Profile, ProfileError, load_profile
 from sweeper.sim.server import AppState, SimHTTPServer
-
-WARMUP_TOKENS = 8
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -34,13 +33,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     log = SimLog()
     try:
         profile = load_profile(ns.sim_profile)
-    except ProfileError as exc:
+        cli_faults = [parse_cli_fault(text) for text in ns.sim_fault]
+    except (ProfileError, FaultSpecError) as exc:
         print(f"python -m sweeper.sim: error: {exc}", file=sys.stderr)
         return 2
     log.info(
         f"SIMULATED SGLang server (sweeper.sim test double, not real hardware; all figures "
         f"are modelled): profile {profile.name}: {profile.description}"
     )
+    for name in ns.sim_echo_env:
+        # deliberately verbatim, secrets included: tests prove the sweeper scrubs them
+        value = os.environ.get(name)
+        log.info(f"{name}={value}" if value is not None else f"{name} is not set")
     try:
         cfg = model.resolve_config(profile, launch_args(ns), os.environ)
     except InvalidArgs as exc:
@@ -48,15 +52,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     for warning in cfg.warnings:
         log.warning(warning)
+    faults = active_faults(profile, cfg, cli_faults)
+    if faults:
+        log.info("SIMULATED fault(s) of this launch: " + "; ".join(faults.describe()))
     state = AppState(
         profile=profile,
         model_path=ns.model_path,
         served_model_name=ns.served_model_name or ns.model_path,
         server_args=server_args(ns, cfg),
         log=log,
+        api_key=ns.api_key,
+        faults=faults,
     )
+    # SGLang prints every field, secrets included (api_key='...'): so does the simulator
     shown = ", ".join(f"{k}={v!r}" for k, v in state.server_args.items())
     log.info(f"server_args=ServerArgs({shown})")
+    if cfg.adaptive is not None:
+        log.info(f"AdaptiveSpeculativeParams initialized: steps={cfg.steps}, "
+                 f"candidate_steps={cfg.adaptive.candidate_steps}, "
+                 f"slots={dict(adaptive.describe(cfg.adaptive))}")
     try:
         httpd = SimHTTPServer((ns.host, ns.port), state)
     except OSError as exc:
@@ -71,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     http_thread.start()
     try:
-        return _start_and_serve(ns, profile, cfg, state, stop, log)
+        return _start_and_serve(ns, profile, cfg, state, stop, log, faults)
     finally:
         if state.engine is not None:
             state.engine.stop()
@@ -92,6 +106,8 @@ def server_args(ns: argparse.Namespace, cfg: SimConfig) -> dict[str, Any]:
         cuda_graph_max_bs=cfg.cuda_graph_max_bs,
         max_running_requests=cfg.max_running,
         attention_backend=ns.attention_backend or "fa3",
+        # SGLang turns the flag off (with a warning) where adaptive is unsupported
+        speculative_adaptive=cfg.adaptive is not None,
     )
     if cfg.speculative:
         args.update(
@@ -108,7 +124,9 @@ def _phase_seconds(ns: argparse.Namespace, profile: Profile, cfg: SimConfig) -> 
     """(weight load, graph capture) seconds; --sim-startup-seconds rescales their sum."""
     load = profile.startup.load_seconds
     graphs = len(model.capture_batch_sizes(cfg.cuda_graph_max_bs)) if cfg.cuda_graph else 0
-    if cfg.speculative:
+    if cfg.adaptive is not None:
+        graphs *= 1 + sum(1 for s in cfg.adaptive.candidate_steps if s)  # a state per depth
+    elif cfg.speculative:
         graphs *= 2  # draft graphs too
     capture = profile.startup.capture_seconds_per_graph * graphs
     if ns.sim_startup_seconds is not None:
@@ -124,6 +142,7 @@ def _start_and_serve(
     state: AppState,
     stop: threading.Event,
     log: SimLog,
+    faults: ActiveFaults,
 ) -> int:
     load_s, capture_s = _phase_seconds(ns, profile, cfg)
     plan = model.memory_plan(profile, cfg)
@@ -150,7 +169,7 @@ def _start_and_serve(
         fatal.not_enough_memory(log)
         return 1
     engine = Engine(profile, cfg, log, NoiseSource(profile, ns.sim_seed, ns.sim_noise),
-                    ns.decode_log_interval)
+                    ns.decode_log_interval, faults)
     log.info(
         f"KV Cache is allocated. #tokens: {engine.max_total_tokens}, "
         f"KV size: {max(plan.kv_gb, 0):.2f} GB"
@@ -193,8 +212,11 @@ def _start_and_serve(
         return 0
     state.ready.set()
     log.info("The server is fired up and ready to roll!")
-    while not stop.wait(0.1):
-        pass
+    while not stop.wait(0.05):
+        if engine.crashed:
+            # the scheduler process died: SGLang's launcher tears the whole tree down
+            fatal.sigquit(log)
+            return 1
     return 0
 
 

@@ -21,7 +21,8 @@ ATTENTION_BACKENDS = (
 )
 SPECULATIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 # flags that are the simulator's own, not SGLang's: kept out of /get_server_info's args
-SIM_FLAGS = ("sim_profile", "sim_seed", "sim_noise", "sim_startup_seconds", "config")
+SIM_FLAGS = ("sim_profile", "sim_seed", "sim_noise", "sim_startup_seconds", "sim_echo_env",
+             "sim_fault", "config")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--context-length", type=int, default=None)
     add("--random-seed", type=int, default=None)
     add("--log-level", type=str, default="info")
+    add("--api-key", type=str, default=None,
+        help="Require 'Authorization: Bearer KEY' on every endpoint but /health*, /metrics.")
     add("--speculative-algorithm", type=str.upper, choices=SPECULATIVE_ALGORITHMS, default=None)
     add("--speculative-draft-model-path", type=str, default=None)
     add("--speculative-draft-model-revision", type=str, default=None)
@@ -56,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     add("--speculative-accept-threshold-acc", type=float, default=1.0)
     add("--speculative-draft-tp-size", type=int, default=None,
         help="Draft model TP degree (some SGLang builds); default: --tp-size.")
+    add("--speculative-adaptive", action="store_true",
+        help="Adjust speculative steps at runtime by running batch size (EAGLE/EAGLE3, topk 1).")
+    add("--speculative-adaptive-config", type=str, default=None,
+        help='JSON keyed by batch size, e.g. {"1": {"candidate_steps": [1, 3, 7]}}.')
     add("--mem-fraction-static", type=float, default=None)
     add("--cuda-graph-max-bs", type=int, default=None)
     add("--max-running-requests", type=int, default=None)
@@ -78,6 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="Noise scale: 1 = the profile's spread, 0 = off (ground truth).")
     sim.add_argument("--sim-startup-seconds", type=float, default=None,
                      help="Total weight-load + graph-capture time (not token speed).")
+    sim.add_argument("--sim-echo-env", action="append", default=[], metavar="NAME",
+                     help="Log NAME=<value of that environment variable> at start-up "
+                          "(repeatable): a secret for log-scrubbing tests.")
+    sim.add_argument("--sim-fault", action="append", default=[], metavar="KIND[:N]",
+                     help="Add a fault to this launch (repeatable): lossy[:EVERY] when "
+                          "speculative; http_500, crash_serving[:REQUESTS] always.")
     return p
 
 

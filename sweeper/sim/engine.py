@@ -4,7 +4,9 @@ Like SGLang's scheduler it alternates prefill batches (new requests, first token
 decode iterations over the running batch; with speculation one iteration is a verify cycle
 that hands each request its accepted drafts + 1 bonus token in one chunk. Time advances on
 absolute monotonic deadlines computed by sweeper.sim.model, so sleep overshoot never adds
-up and a client sees exactly the modelled rate.
+up and a client sees exactly the modelled rate. With --speculative-adaptive the steps of
+each cycle come from SGLang's per-batch-size controller (sweeper.sim.adaptive), stepped
+with the accepted counts of every verify, as sweeper.sim.model replays it.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from sweeper.sim import model
+from sweeper.sim import fatal, model
+from sweeper.sim.faults import ActiveFaults
 from sweeper.sim.log import SimLog
-from sweeper.sim.model import AcceptPattern, SimConfig
+from sweeper.sim.model import SimConfig, StepPatterns
 from sweeper.sim.profiles import Profile
 from sweeper.sim.text import TextSource
 
@@ -70,8 +73,9 @@ class Request:
     stop_reason: str  # why generation ends at `limit`: "length" or "stop"
     text: TextSource
     time_factor: float
-    pattern: AcceptPattern | None
+    patterns: StepPatterns | None  # accepted-draft counts; None without speculation
     histogram: list[int]
+    crash: bool = False  # crash_serving: the scheduler fails when this one is admitted
     arrival: float = field(default_factory=time.monotonic)
     produced: int = 0
     verify_ct: int = 0
@@ -93,12 +97,18 @@ class Engine:
         log: SimLog,
         noise: NoiseSource,
         decode_log_interval: int = 40,
+        faults: ActiveFaults | None = None,
     ) -> None:
         self.profile = profile
         self.cfg = cfg
         self.log = log
         self.noise = noise
         self.decode_log_interval = max(1, decode_log_interval)
+        self.faults = faults or ActiveFaults()
+        self.controller = model.new_controller(cfg)
+        self.current_steps = cfg.steps
+        self.generation_requests = 0
+        self.crashed = False  # the scheduler died: the process must exit with code 1
         plan = model.memory_plan(profile, cfg)
         self.max_total_tokens = max(1, int(plan.kv_gb * 1e9 / _KV_BYTES_PER_TOKEN))
         self._cond = threading.Condition()
@@ -107,7 +117,7 @@ class Engine:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sim-scheduler", daemon=True)
         self._next_rid = 0
-        self._cycle_cache: dict[int, float] = {}
+        self._cycle_cache: dict[tuple[int, int], float] = {}
         # cumulative since boot, like SGLang's scheduler metrics
         self.verify_ct_total = 0
         self.verify_tokens_total = 0
@@ -150,22 +160,31 @@ class Engine:
         limit, reason = max(1, max_new), "length"
         if natural is not None and natural < limit:
             limit, reason = natural, "stop"
-        pattern, histogram = None, []
+        patterns, histogram = None, []
         if self.cfg.speculative:
-            q = model.depth_acceptance(self.profile, self.cfg, accept_factor)
-            pattern = AcceptPattern(model.accept_distribution(q))
-            histogram = [0] * (len(q) + 1)
+            patterns = StepPatterns(self.profile, self.cfg, accept_factor)
+            # one slot per accepted count the deepest chain this server may run allows
+            c = self.cfg
+            depths = c.max_steps if c.adaptive else len(
+                model.depth_candidates(c.steps, c.topk, c.draft_tokens))
+            histogram = [0] * (depths + 1)
         with self._cond:
             self._next_rid += 1
+            crash = False
+            if not warmup:
+                self.generation_requests += 1
+                budget = self.faults.crash_after
+                crash = budget is not None and self.generation_requests > budget
             req = Request(
                 rid=self._next_rid,
                 prompt_tokens=prompt_tokens,
                 limit=limit,
                 stop_reason=reason,
-                text=TextSource(prompt_seed),
+                text=TextSource(prompt_seed, self.faults.lossy_every or 0),
                 time_factor=time_factor,
-                pattern=pattern,
+                patterns=patterns,
                 histogram=histogram,
+                crash=crash,
             )
             if self._stop.is_set():
                 req.events.put(("abort", None))
@@ -176,10 +195,12 @@ class Engine:
 
     # ------------------------------------------------------------ scheduler
 
-    def _cycle_s(self, batch: int) -> float:
-        if batch not in self._cycle_cache:
-            self._cycle_cache[batch] = model.cycle_ms(self.profile, self.cfg, batch) / 1000.0
-        return self._cycle_cache[batch]
+    def _cycle_s(self, batch: int, steps: int) -> float:
+        key = (batch, steps)
+        if key not in self._cycle_cache:
+            cfg = model.at_steps(self.cfg, steps)
+            self._cycle_cache[key] = model.cycle_ms(self.profile, cfg, batch) / 1000.0
+        return self._cycle_cache[key]
 
     def _sleep_until(self, deadline: float) -> None:
         remaining = deadline - time.monotonic()
@@ -189,9 +210,14 @@ class Engine:
     def _run(self) -> None:
         try:
             self._loop()
+        except SchedulerCrash:
+            fatal.scheduler_crash(self.log)
+            self.crashed = True
+            self.stop()
         except Exception:
             # like SGLang: log it and stop serving (handlers see the engine stopped)
             self.log.raw("Scheduler hit an exception: " + traceback.format_exc())
+            self.crashed = True
             self.stop()
 
     def _loop(self) -> None:
@@ -209,6 +235,8 @@ class Engine:
                 queued = len(self._pending)
             if self._stop.is_set():
                 break
+            if any(r.crash for r in new):
+                raise SchedulerCrash  # crash_serving: this request's batch kills the scheduler
             if not running:
                 # idle: the timeline restarts when the request arrived, not when this thread
                 # got to run, so a late wake-up does not slow the request down
@@ -233,18 +261,25 @@ class Engine:
                     self._running.extend(r for r in new if r.produced < r.limit and not r.cancelled)
                 continue
             factor = sum(r.time_factor for r in running) / len(running)
-            duration = self._cycle_s(len(running)) * factor
+            batch = len(running)
+            steps = self.cfg.steps
+            if self.controller is not None:
+                steps = self.controller.steps_for(batch)
+            self.current_steps = steps
+            duration = self._cycle_s(batch, steps) * factor
             clock += duration
             window.busy += duration
             self._sleep_until(clock)
             if self._stop.is_set():
                 break
+            accepted_all: list[int] = []
             for req in running:
                 if req.cancelled:
                     continue
                 n = 1
-                if req.pattern is not None:
-                    accepted = req.pattern.next()
+                if req.patterns is not None and steps:
+                    accepted = req.patterns.next(steps)
+                    accepted_all.append(accepted)
                     req.histogram[accepted] += 1
                     req.verify_ct += 1
                     n = accepted + 1
@@ -253,11 +288,19 @@ class Engine:
                     with self._cond:
                         self.verify_ct_total += 1
                         self.verify_tokens_total += n
+                elif req.patterns is not None:
+                    accepted_all.append(0)  # a no-drafting cycle of an adaptive server
                 n = min(n, req.limit - req.produced)
                 window.tokens += n
                 self._emit(req, n)
             with self._cond:
                 self._running = [r for r in self._running if r.produced < r.limit]
+            if self.controller is not None and accepted_all:
+                switch = self.controller.observe(accepted_all, batch)
+                if switch:
+                    old, new_steps, ema = switch
+                    self.log.info(f"Adaptive spec params updated: steps {old} -> {new_steps} "
+                                  f"(ema_accept_len={ema:.2f})")
             forward_ct += 1
             if forward_ct % self.decode_log_interval == 0:
                 self._log_decode(running, queued, window)
@@ -291,13 +334,17 @@ class Engine:
         ]
         if self.cfg.speculative and window.verify_ct:
             accept = window.verify_tokens / window.verify_ct
-            rate = (accept - 1.0) / max(self.cfg.steps, 1)
+            rate = (accept - 1.0) / max(self.current_steps, 1)
             parts.append(f"accept len: {accept:.2f}, accept rate: {rate:.2f}, ")
         parts.append(
             f"cuda graph: {graph}, gen throughput (token/s): {gen:.2f}, #queue-req: {queued},"
         )
         self.log.info("".join(parts))
         window.restart()
+
+
+class SchedulerCrash(Exception):
+    """crash_serving: the simulated scheduler fails on the request that exceeds its budget."""
 
 
 @dataclass

@@ -9,19 +9,46 @@ from __future__ import annotations
 import os
 import socket
 
+from sweeper.sim.hardware import Failure, MemoryPlan
 from sweeper.sim.log import SimLog
-from sweeper.sim.model import Failure, InvalidArgs, MemoryPlan, SimConfig
+from sweeper.sim.rules import InvalidArgs, SimConfig
 
 _SGL = "/sgl-workspace/sglang/python/sglang/srt"
 
 
 def invalid_args(log: SimLog, exc: InvalidArgs) -> None:
-    log.raw(
-        "Traceback (most recent call last):\n"
+    frames = (
         f'  File "{_SGL}/server_args.py", line 611, in __post_init__\n'
         "    self._handle_speculative_decoding()\n"
-        f"{exc.kind}: {exc}\n"
     )
+    if exc.where == "adaptive":
+        # the adaptive hook reads the config file while the server args are resolved
+        frames += (
+            f'  File "{_SGL}/arg_groups/speculative_hook.py", line 131, in '
+            "_init_adaptive_speculative_params\n"
+            "    candidate_steps = resolve_candidate_steps_from_config(\n"
+            f'  File "{_SGL}/speculative/adaptive_spec_params.py", line 141, in '
+            "_load_adaptive_config\n"
+        )
+    log.raw(f"Traceback (most recent call last):\n{frames}{exc.kind}: {exc}\n")
+
+
+def scheduler_crash(log: SimLog) -> None:
+    """A scheduler that dies while serving (crash_serving), as SGLang 0.5.x logs it."""
+    log.info(
+        "Scheduler hit an exception: Traceback (most recent call last):\n"
+        f'  File "{_SGL}/managers/scheduler.py", line 2870, in run_scheduler_process\n'
+        "    scheduler.event_loop_overlap()\n"
+        f'  File "{_SGL}/managers/scheduler_output_processor_mixin.py", line 371, in '
+        "process_batch_result_decode\n"
+        "    next_token_ids = next_token_ids.tolist()\n"
+        "torch.AcceleratorError: CUDA error: an illegal memory access was encountered "
+        "(simulated fault: crash_serving)\n"
+    )
+
+
+def sigquit(log: SimLog) -> None:
+    log.info("Received sigquit from a child process. It usually means the child failed.")
 
 
 def nccl_error(log: SimLog, failure: Failure) -> None:

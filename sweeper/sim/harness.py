@@ -33,10 +33,12 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
+def http_get(url: str, timeout: float = 2.0, headers: dict[str, str] | None = None
+             ) -> tuple[int, bytes]:
     """(status, body); status 0 when nothing answers."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
+        req = urllib.request.Request(url, headers=headers or {})
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, resp.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
@@ -44,9 +46,11 @@ def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
         return 0, b""
 
 
-def http_post(url: str, body: dict[str, Any], timeout: float = 60.0) -> tuple[int, bytes]:
+def http_post(url: str, body: dict[str, Any], timeout: float = 60.0,
+              headers: dict[str, str] | None = None) -> tuple[int, bytes]:
     req = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        url, data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", **(headers or {})},
     )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
@@ -73,7 +77,8 @@ class StreamResult:
 
 
 def stream_chat(
-    url: str, prompt: str, max_tokens: int, ignore_eos: bool = True, timeout: float = 120.0
+    url: str, prompt: str, max_tokens: int, ignore_eos: bool = True, timeout: float = 120.0,
+    api_key: str | None = None,
 ) -> StreamResult:
     """POST a streaming /v1/chat/completions with include_usage; read it to [DONE]."""
     parsed = urllib.parse.urlsplit(url)
@@ -86,8 +91,10 @@ def stream_chat(
     start = time.monotonic()
     ttft, chunks, text, usage, finish = 0.0, 0, [], {}, None
     try:
-        conn.request("POST", "/v1/chat/completions", json.dumps(body),
-                     {"Content-Type": "application/json"})
+        headers = {"Content-Type": "application/json"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        conn.request("POST", "/v1/chat/completions", json.dumps(body), headers)
         resp = conn.getresponse()
         if resp.status != 200:
             raise RuntimeError(f"chat completion failed: {resp.status} {resp.read()[:300]!r}")

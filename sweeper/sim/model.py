@@ -4,77 +4,71 @@ Nothing here sleeps, logs or serves; the server (sweeper.sim.engine) paces token
 exactly these functions, and ``expected_throughput`` replays the same schedule without the
 clock, so a client measuring the server with ``--sim-noise 0`` sees the ground truth.
 
-Model (all coefficients from the profile):
+Model (all coefficients from the profile; profiles/demo.yaml explains each):
 - no speculation: one target forward per token;
 - speculation: cycle = verify(draft tokens) + steps x draft step + draft gather + overhead;
   a cycle emits accepted drafts + 1 bonus token;
+- a target forward over ``batch`` requests of ``k`` positions each (T = batch x k tokens) is
+  a roofline plus overheads::
+
+      fixed + max(weights, compute_per_token x T) + allreduce_per_token x T
+            + per_request x batch + per_token x (k - 1)
+
+  Streaming the weights bounds small forwards from below (memory-bound): at batch 1,
+  verifying a few more draft tokens is nearly free. The GEMMs' FLOPs grow with T and take
+  over past the ridge T* = weights / compute_per_token: at large batch x draft tokens
+  every verified token costs compute, accepted or not, while each request's memory-bound
+  work (its KV-cache read) is paid once per forward whatever k is; the TP all-reduce moves every
+  token's activations over the links, outside the roofline. The draft's cost grows with the
+  requests it drafts for. So at high concurrency fewer steps win, and past the ridge no
+  speculation can win; nothing in the code says so, it follows from the coefficients.
+  Optional ``target.verify_buckets`` pad T to CUDA-graph token buckets (a step landscape);
 - accept length from per-depth acceptance p_d; a depth with m candidates (tree, topk > 1)
   accepts with 1 - (1 - p_d) ** (m ** branch_exponent); the draft-token budget is spent on
   the top-1 chain first, then on width depth by depth;
-- draft step = compute / draft_tp ** exponent + communication at draft TP > 1 (scaled by
-  NCCL_ALGO / NCCL_PROTO / channel count / custom all-reduce / NVLS); a draft on fewer GPUs
-  than the target pays a hidden-state gather once per cycle;
-- batches above --cuda-graph-max-bs (or --disable-cuda-graph) run eager: slower.
+- draft step = compute / draft_tp ** exponent, x (1 + per_request x (batch - 1)), plus
+  communication at draft TP > 1 (scaled by NCCL_ALGO / NCCL_PROTO / channel count / custom
+  all-reduce / NVLS); a draft on fewer GPUs than the target pays a gather once per cycle;
+- batches above --cuda-graph-max-bs (or --disable-cuda-graph) run eager: slower;
+- --speculative-adaptive: the steps follow SGLang's per-batch-size controller
+  (sweeper.sim.adaptive), replayed cycle by cycle;
+- every time divides by the configuration's fixed residual factor (rules.residual_factor).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from sweeper.sim.adaptive import Controller
+from sweeper.sim.hardware import (  # noqa: F401  (re-exported: the model's public names)
+    COLLNET,
+    NCCL_ALGOS,
+    NCCL_PROTOS,
+    Failure,
+    MemoryPlan,
+    capture_batch_sizes,
+    hang_rule_matches,
+    memory_plan,
+    nccl_factor,
+    nccl_failure,
+    startup_failure,
+)
 from sweeper.sim.profiles import Profile, load_profile
+from sweeper.sim.rules import (  # noqa: F401  (re-exported)
+    ALGORITHMS,
+    InvalidArgs,
+    SimConfig,
+    resolve_config,
+)
 
-ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
-NCCL_ALGOS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
-NCCL_PROTOS = ("LL", "LL128", "Simple")
-COLLNET = ("CollNetDirect", "CollNetChain")
 # The figure a campaign reports: completion tokens / end-to-end time of this long a stream.
 REFERENCE_TOKENS = 500
-
-
-class InvalidArgs(Exception):
-    """A flag combination SGLang refuses; ``kind`` is the exception SGLang raises."""
-
-    def __init__(self, message: str, kind: str = "AssertionError") -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    """A launch configuration after SGLang's defaults and adjustments."""
-
-    tp: int
-    algorithm: str | None  # EAGLE, EAGLE3, STANDALONE, NGRAM; None = no speculation
-    steps: int
-    topk: int
-    draft_tokens: int
-    draft_tp: int
-    cuda_graph: bool
-    cuda_graph_max_bs: int
-    mem_fraction: float
-    max_running: int
-    custom_all_reduce: bool
-    nvls: bool
-    overlap: bool
-    attention_backend: str
-    env: Mapping[str, str]
-    warnings: tuple[str, ...] = ()
-
-    @property
-    def speculative(self) -> bool:
-        return self.algorithm is not None
-
-
-@dataclass(frozen=True)
-class Failure:
-    """Why a configuration does not serve: kind is oom, nccl or hang; detail is for logs."""
-
-    kind: str
-    reason: str
-    detail: Mapping[str, Any]
+# The server's own warm-up generation before it says it is ready (sweeper.sim.app).
+WARMUP_TOKENS = 8
 
 
 @dataclass(frozen=True)
@@ -82,9 +76,14 @@ class Expectation:
     """Noise-free ground truth for one configuration.
 
     tok_s: per-request output tokens / end-to-end seconds of a REFERENCE_TOKENS (500) stream,
-    prefill included, at the given concurrency (what the sweeper's benchmark reports);
-    None when the configuration fails. decode_tok_s: steady-state accept_length / cycle.
-    failure: "oom", "nccl", "hang", "invalid_args" or None.
+    prefill included, with ``concurrency`` requests decoding together (what the sweeper's
+    benchmark reports at concurrency 1); None when the configuration fails.
+    total_tok_s: what the server delivers to all ``concurrency`` streams together (tokens /
+    wall time of the round: the benchmark's figure above concurrency 1); requests beyond
+    --max-running-requests wait for a later wave. decode_tok_s: steady-state accept_length /
+    cycle of one request. failure: "oom", "nccl", "hang", "invalid_args" or None.
+    steps: the speculative steps the server runs at this concurrency (adaptive: chosen by
+    SGLang's controller; 0 = no drafting).
     """
 
     tok_s: float | None
@@ -95,269 +94,8 @@ class Expectation:
     cycle_ms: float | None = None
     ttft_ms: float | None = None
     config: SimConfig | None = None
-
-
-# ---------------------------------------------------------------- flag resolution
-
-
-def _norm_args(args: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in args.items():
-        out[str(key).lstrip("-").replace("_", "-")] = value
-    return out
-
-
-def _opt_int(args: Mapping[str, Any], key: str) -> int | None:
-    value = args.get(key)
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise InvalidArgs(
-            f"argument --{key}: invalid int value: {value!r}", "ValueError"
-        ) from None
-
-
-def _flag(args: Mapping[str, Any], key: str) -> bool:
-    value = args.get(key, False)
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    return bool(value)
-
-
-def resolve_config(profile: Profile, args: Mapping[str, Any], env: Mapping[str, str]) -> SimConfig:
-    """Apply SGLang's defaults and rules (server_args / speculative hook) to launch flags.
-
-    Raises InvalidArgs with SGLang's message for combinations SGLang rejects.
-    """
-    a = _norm_args(args)
-    d = profile.defaults
-    warnings: list[str] = []
-    tp = _opt_int(a, "tp-size") or d.tp_size
-    if tp < 1 or tp > profile.hardware.num_gpus:
-        raise InvalidArgs(
-            f"tp_size={tp} needs {tp} GPUs but the node has {profile.hardware.num_gpus}",
-            "RuntimeError",
-        )
-    algo_raw = a.get("speculative-algorithm")
-    algorithm = None if algo_raw in (None, "", "None", "none") else str(algo_raw).upper()
-    if algorithm is not None and algorithm not in ALGORITHMS:
-        raise InvalidArgs(
-            f"argument --speculative-algorithm: invalid choice: {algo_raw!r} "
-            f"(choose from {', '.join(ALGORITHMS)})",
-            "ArgumentError",
-        )
-    if algorithm == "NEXTN":
-        algorithm = "EAGLE"
-    steps = _opt_int(a, "speculative-num-steps")
-    topk = _opt_int(a, "speculative-eagle-topk")
-    draft_tokens = _opt_int(a, "speculative-num-draft-tokens")
-    draft_tp = _opt_int(a, "speculative-draft-tp-size")
-    backend = str(a.get("attention-backend") or "auto")
-    if algorithm is None:
-        steps, topk, draft_tokens, draft_tp = 0, 1, 1, tp
-    else:
-        if steps is None or topk is None or draft_tokens is None:
-            if not (steps is None and topk is None and draft_tokens is None):
-                raise InvalidArgs(
-                    "If any of speculative_num_steps, speculative_eagle_topk, "
-                    "speculative_num_draft_tokens is set, all of them must be set."
-                )
-            steps, topk, draft_tokens = d.speculative
-        if steps < 1 or topk < 1 or draft_tokens < 1:
-            raise InvalidArgs(
-                "speculative_num_steps, speculative_eagle_topk and "
-                "speculative_num_draft_tokens must be positive."
-            )
-        if topk == 1 and draft_tokens != steps + 1:
-            warnings.append(
-                "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 "
-                "when speculative_eagle_topk == 1"
-            )
-            draft_tokens = steps + 1
-        if topk > 1 and backend == "trtllm_mha":
-            raise InvalidArgs("trtllm_mha backend only supports topk = 1 for speculative decoding.")
-        draft_tp = draft_tp if draft_tp is not None else tp
-        if draft_tp < 1 or tp % draft_tp:
-            raise InvalidArgs(
-                f"speculative_draft_tp_size ({draft_tp}) must divide tp_size ({tp})."
-            )
-    mem_fraction = a.get("mem-fraction-static")
-    mem_fraction = float(mem_fraction) if mem_fraction not in (None, "") else d.mem_fraction_static
-    if not 0.0 < mem_fraction < 1.0:
-        raise InvalidArgs(f"mem_fraction_static must be in (0, 1), got {mem_fraction}")
-    max_running = _opt_int(a, "max-running-requests")
-    if max_running is None:
-        max_running = d.max_running_requests_spec if algorithm else d.max_running_requests
-    return SimConfig(
-        tp=tp,
-        algorithm=algorithm,
-        steps=steps,
-        topk=topk,
-        draft_tokens=draft_tokens,
-        draft_tp=draft_tp,
-        cuda_graph=not _flag(a, "disable-cuda-graph"),
-        cuda_graph_max_bs=_opt_int(a, "cuda-graph-max-bs") or d.cuda_graph_max_bs,
-        mem_fraction=mem_fraction,
-        max_running=max(1, max_running),
-        custom_all_reduce=not _flag(a, "disable-custom-all-reduce"),
-        nvls=_flag(a, "enable-nccl-nvls"),
-        overlap=not _flag(a, "disable-overlap-schedule"),
-        attention_backend=backend,
-        env={k: str(v) for k, v in env.items() if k.startswith("NCCL_")},
-        warnings=tuple(warnings),
-    )
-
-
-# ---------------------------------------------------------------- NCCL
-
-
-def _env_choice(value: str, known: tuple[str, ...]) -> tuple[list[str], list[str]]:
-    """NCCL list syntax: "Ring,Tree" allows those, "^Ring" excludes. -> (allowed, unknown)."""
-    text = value.strip()
-    exclude = text.startswith("^")
-    names = [n.strip() for n in text.lstrip("^").split(",") if n.strip()]
-    canon = {k.lower(): k for k in known}
-    unknown = [n for n in names if n.lower() not in canon]
-    picked = [canon[n.lower()] for n in names if n.lower() in canon]
-    allowed = [k for k in known if k not in picked] if exclude else picked
-    return allowed, unknown
-
-
-def nccl_failure(profile: Profile, cfg: SimConfig) -> Failure | None:
-    """NCCL settings the profile's hardware cannot run: fail at communicator init."""
-    if cfg.tp == 1:
-        return None  # one GPU: no NCCL communicator is ever created
-    for var, known in (("NCCL_ALGO", NCCL_ALGOS), ("NCCL_PROTO", NCCL_PROTOS)):
-        if var not in cfg.env:
-            continue
-        allowed, unknown = _env_choice(cfg.env[var], known)
-        if unknown:
-            return Failure("nccl", f"{var}={cfg.env[var]}: unknown value", {"var": var})
-        usable = [x for x in allowed if profile.hardware.collnet or x not in COLLNET]
-        if not usable:
-            return Failure(
-                "nccl",
-                f"{var}={cfg.env[var]}: no usable algorithm (no CollNet on this hardware)",
-                {"var": var},
-            )
-    for var in ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"):
-        if var in cfg.env:
-            try:
-                if int(cfg.env[var]) < 1:
-                    raise ValueError
-            except ValueError:
-                return Failure("nccl", f"{var}={cfg.env[var]}: invalid value", {"var": var})
-    return None
-
-
-def hang_rule_matches(profile: Profile, cfg: SimConfig) -> bool:
-    rule = profile.nccl.hang
-    if rule is None or cfg.tp == 1:
-        return False
-    for key, want in rule.env.items():
-        if cfg.env.get(key, "").lower() != want.lower():
-            return False
-    values = {
-        "speculative-draft-tp-size": cfg.draft_tp if cfg.speculative else None,
-        "tp-size": cfg.tp,
-        "speculative-eagle-topk": cfg.topk if cfg.speculative else None,
-        "speculative-num-steps": cfg.steps if cfg.speculative else None,
-    }
-    return all(str(values.get(k)) == want for k, want in rule.args.items())
-
-
-def nccl_factor(profile: Profile, cfg: SimConfig) -> float:
-    """Multiplier on the draft's communication time from the NCCL environment."""
-    n = profile.nccl
-    factor = 1.0
-    for var, known, table in (
-        ("NCCL_ALGO", NCCL_ALGOS, n.algo),
-        ("NCCL_PROTO", NCCL_PROTOS, n.proto),
-    ):
-        if var in cfg.env:
-            allowed, _ = _env_choice(cfg.env[var], known)
-            usable = [x for x in allowed if profile.hardware.collnet or x not in COLLNET]
-            # NCCL's tuner picks the fastest of what it is allowed to use
-            factor *= min((table.get(x, 1.0) for x in usable), default=1.0)
-    channels = n.default_channels
-    if "NCCL_MIN_NCHANNELS" in cfg.env:
-        channels = max(channels, int(cfg.env["NCCL_MIN_NCHANNELS"]))
-    if "NCCL_MAX_NCHANNELS" in cfg.env:
-        channels = min(channels, int(cfg.env["NCCL_MAX_NCHANNELS"]))
-
-    def cost(ch: int) -> float:
-        return 1.0 + n.channel_penalty * abs(math.log2(ch / n.best_channels))
-
-    # relative to NCCL's own choice, so an empty environment is exactly 1.0
-    return factor * cost(channels) / cost(n.default_channels)
-
-
-# ---------------------------------------------------------------- memory
-
-
-def capture_batch_sizes(max_bs: int) -> list[int]:
-    """SGLang-like captured batch sizes: 1, 2, 4, then steps of 8 up to max_bs."""
-    sizes = [b for b in (1, 2, 4) if b <= max_bs] + list(range(8, max_bs + 1, 8))
-    if max_bs not in sizes:
-        sizes.append(max_bs)
-    return sorted(set(sizes))
-
-
-@dataclass(frozen=True)
-class MemoryPlan:
-    total_gb: float
-    static_gb: float
-    weights_gb: float
-    kv_gb: float
-    free_gb: float  # outside the static pool, after the activation reserve
-    graph_gb: float
-
-
-def memory_plan(profile: Profile, cfg: SimConfig) -> MemoryPlan:
-    m = profile.memory
-    total = profile.hardware.gpu_memory_gb
-    static = total * cfg.mem_fraction
-    weights = m.target_weights_gb / cfg.tp
-    if cfg.speculative and cfg.algorithm != "NGRAM":
-        # GPU 0 holds its share of the draft (the whole draft when draft TP is 1)
-        weights += m.draft_weights_gb / cfg.draft_tp
-    tokens_per_req = cfg.draft_tokens + cfg.steps * cfg.topk if cfg.speculative else 1
-    graph = m.graph_gb_per_token * cfg.cuda_graph_max_bs * tokens_per_req if cfg.cuda_graph else 0
-    return MemoryPlan(
-        total_gb=total,
-        static_gb=static,
-        weights_gb=weights,
-        kv_gb=static - weights,
-        free_gb=total - static - m.activation_reserve_gb,
-        graph_gb=graph,
-    )
-
-
-def startup_failure(profile: Profile, cfg: SimConfig) -> Failure | None:
-    """The failure start-up hits, in SGLang's order: NCCL init, (hang), KV pool, capture."""
-    failure = nccl_failure(profile, cfg)
-    if failure:
-        return failure
-    if hang_rule_matches(profile, cfg):
-        rule = profile.nccl.hang
-        return Failure("hang", rule.reason if rule else "hang", {})
-    plan = memory_plan(profile, cfg)
-    if plan.kv_gb < profile.memory.min_kv_gb:
-        return Failure(
-            "oom",
-            f"not enough memory for the KV cache ({plan.kv_gb:.1f} GB < "
-            f"{profile.memory.min_kv_gb:.1f} GB): raise --mem-fraction-static",
-            {"stage": "kv", "plan": plan},
-        )
-    if plan.graph_gb > plan.free_gb:
-        return Failure(
-            "oom",
-            f"CUDA graph capture needs {plan.graph_gb:.1f} GB, {max(plan.free_gb, 0):.1f} GB free",
-            {"stage": "capture", "plan": plan},
-        )
-    return None
+    total_tok_s: float | None = None
+    steps: int | None = None
 
 
 # ---------------------------------------------------------------- acceptance
@@ -434,10 +172,18 @@ def eager(cfg: SimConfig, batch: int) -> bool:
     return not cfg.cuda_graph or batch > cfg.cuda_graph_max_bs
 
 
+def at_steps(cfg: SimConfig, steps: int) -> SimConfig:
+    """The configuration running ``steps`` chain steps (adaptive switching; 0 = no drafting)."""
+    if steps == cfg.steps:
+        return cfg
+    return replace(cfg, steps=steps, draft_tokens=steps + 1)
+
+
 def draft_step_ms(profile: Profile, cfg: SimConfig, batch: int) -> float:
     d = profile.draft
     compute = d.compute_ms_tp1 / cfg.draft_tp**d.tp_scaling_exponent
     compute *= 1.0 + d.topk_cost * (cfg.topk - 1)
+    # each request adds its own draft KV read and top-k over the vocabulary
     compute *= 1.0 + d.per_request * (batch - 1)
     compute *= profile.spec.algorithm_draft_cost.get(cfg.algorithm or "", 1.0)
     if eager(cfg, batch):
@@ -459,9 +205,20 @@ def comm_ms(profile: Profile, cfg: SimConfig) -> float:
     return ms * nccl_factor(profile, cfg)
 
 
+def padded_tokens(profile: Profile, tokens: int) -> int:
+    """Tokens a forward really computes: the smallest CUDA-graph bucket >= tokens."""
+    buckets = profile.target.verify_buckets
+    i = bisect.bisect_left(buckets, tokens)
+    return buckets[i] if i < len(buckets) else tokens
+
+
 def target_forward_ms(profile: Profile, cfg: SimConfig, batch: int, tokens: int) -> float:
+    """One target forward over ``batch`` requests of ``tokens`` positions each (roofline)."""
     t = profile.target
-    ms = t.forward_ms + t.per_request_ms * (batch - 1) + t.per_token_ms * (batch * tokens - 1)
+    n = padded_tokens(profile, batch * tokens)
+    gemm = max(t.weights_ms, t.compute_ms_per_token * n)  # memory-bound vs compute-bound
+    ms = (t.fixed_ms + gemm + t.allreduce_ms_per_token * n + t.per_request_ms * batch
+          + t.per_token_ms * (n / batch - 1))
     if eager(cfg, batch):
         ms += t.eager_ms
     return ms
@@ -471,8 +228,8 @@ def cycle_ms(profile: Profile, cfg: SimConfig, batch: int) -> float:
     """One decode iteration for a batch: a plain decode step, or a full speculative cycle."""
     t = profile.target
     overlap = 0.0 if cfg.overlap else t.no_overlap_ms
-    if not cfg.speculative:
-        return target_forward_ms(profile, cfg, batch, 1) + overlap
+    if not cfg.speculative or cfg.steps == 0:
+        return (target_forward_ms(profile, cfg, batch, 1) + overlap) / cfg.residual
     verify = target_forward_ms(profile, cfg, batch, cfg.draft_tokens)
     verify *= t.attention_backend.get(cfg.attention_backend, 1.0)
     if cfg.topk > 1:
@@ -481,7 +238,7 @@ def cycle_ms(profile: Profile, cfg: SimConfig, batch: int) -> float:
     if cfg.draft_tp < cfg.tp and cfg.algorithm != "NGRAM":
         gather = profile.draft.gather_ms * nccl_factor(profile, cfg)
     drafts = cfg.steps * draft_step_ms(profile, cfg, batch)
-    return verify + drafts + gather + profile.spec.overhead_ms + overlap
+    return (verify + drafts + gather + profile.spec.overhead_ms + overlap) / cfg.residual
 
 
 def prefill_ms(profile: Profile, cfg: SimConfig, new_requests: int) -> float:
@@ -490,7 +247,7 @@ def prefill_ms(profile: Profile, cfg: SimConfig, new_requests: int) -> float:
     ms = t.prefill_ms + t.prefill_per_request_ms * (new_requests - 1)
     if cfg.speculative:
         ms += draft_step_ms(profile, cfg, new_requests)  # the draft's extend pass
-    return ms
+    return ms / cfg.residual
 
 
 def verify_steps_for(dist: list[float], tokens: int) -> int:
@@ -502,7 +259,77 @@ def verify_steps_for(dist: list[float], tokens: int) -> int:
     return steps
 
 
+# ---------------------------------------------------------------- adaptive replay
+
+
+def new_controller(cfg: SimConfig) -> Controller | None:
+    if cfg.adaptive is None:
+        return None
+    sizes = capture_batch_sizes(cfg.cuda_graph_max_bs) if cfg.cuda_graph else None
+    return Controller(cfg.adaptive, cfg.steps, sizes)
+
+
+class StepPatterns:
+    """One request's deterministic accept counts, one pattern per chain depth it runs."""
+
+    def __init__(self, profile: Profile, cfg: SimConfig, accept_factor: float = 1.0) -> None:
+        self.profile, self.cfg, self.factor = profile, cfg, accept_factor
+        self._patterns: dict[int, AcceptPattern] = {}
+
+    def next(self, steps: int) -> int:
+        if steps not in self._patterns:
+            q = depth_acceptance(self.profile, at_steps(self.cfg, steps), self.factor)
+            self._patterns[steps] = AcceptPattern(accept_distribution(q))
+        return self._patterns[steps].next()
+
+
+@dataclass
+class Replay:
+    e2e_ms: float
+    verify_ct: int
+    tokens: int
+    ttft_ms: float
+    steps: int  # steps at the end of the stream
+
+
+def replay_stream(profile: Profile, cfg: SimConfig, ctl: Controller, batch: int,
+                  tokens: int) -> Replay:
+    """``batch`` identical requests of ``tokens`` tokens in lockstep, stepping ``ctl``."""
+    ttft = prefill_ms(profile, cfg, batch)
+    elapsed, produced, verify_ct, verified = ttft, 1, 0, 0
+    patterns = StepPatterns(profile, cfg)
+    cycles: dict[int, float] = {}
+    steps = ctl.steps_for(batch)
+    while produced < tokens:
+        steps = ctl.steps_for(batch)
+        if steps not in cycles:
+            cycles[steps] = cycle_ms(profile, at_steps(cfg, steps), batch)
+        elapsed += cycles[steps]
+        accepted = patterns.next(steps) if steps else 0
+        if steps:
+            verify_ct += 1
+            verified += accepted + 1
+        produced += accepted + 1
+        ctl.observe([accepted] * batch, batch)
+    return Replay(elapsed, verify_ct, verified, ttft, steps)
+
+
+def adaptive_schedule(profile: Profile, cfg: SimConfig, batch: int) -> Replay:
+    """What a benchmark measures: the server's own warm-up, one warm-up stream at this
+    concurrency (the controller settles), then the measured REFERENCE_TOKENS stream."""
+    ctl = new_controller(cfg)
+    assert ctl is not None
+    replay_stream(profile, cfg, ctl, 1, WARMUP_TOKENS)
+    replay_stream(profile, cfg, ctl, batch, REFERENCE_TOKENS)
+    return replay_stream(profile, cfg, ctl, batch, REFERENCE_TOKENS)
+
+
 # ---------------------------------------------------------------- ground truth
+
+
+def _waves(concurrency: int, batch: int) -> list[int]:
+    full, rest = divmod(concurrency, batch)
+    return [batch] * full + ([rest] if rest else [])
 
 
 def expected_throughput(
@@ -519,7 +346,8 @@ def expected_throughput(
     SGLang's adjustments apply (topk == 1 forces draft tokens = steps + 1).
     ``tok_s`` is what a client measures per request: 500 completion tokens over the
     end-to-end time (prefill included), with ``concurrency`` requests decoding together
-    (capped at --max-running-requests: the rest would queue).
+    (capped at --max-running-requests: the rest would queue); ``total_tok_s`` is the
+    server's aggregate over the ``concurrency`` streams.
     The simulated server paces tokens with the same schedule, so over HTTP with
     ``--sim-noise 0`` it matches within timer/HTTP overhead.
 
@@ -537,29 +365,39 @@ def expected_throughput(
     failure = startup_failure(prof, cfg)
     if failure:
         return Expectation(None, None, failure.kind, failure.reason, config=cfg)
-    batch = max(1, min(concurrency, cfg.max_running))
-    cycle = cycle_ms(prof, cfg, batch)
-    ttft = prefill_ms(prof, cfg, batch)
-    if cfg.speculative:
-        dist = accept_distribution(depth_acceptance(prof, cfg))
-        accept = mean_accept_length(depth_acceptance(prof, cfg))
-        steps = verify_steps_for(dist, REFERENCE_TOKENS)
-    else:
-        accept, steps = 1.0, REFERENCE_TOKENS - 1
-    e2e_ms = ttft + steps * cycle
-    tok_s = REFERENCE_TOKENS / e2e_ms * 1000.0
+    concurrency = max(1, concurrency)
+    batch = min(concurrency, cfg.max_running)
+
+    def e2e(b: int) -> tuple[float, float, float | None, float, int]:
+        """(e2e ms, ttft ms, accept length, cycle ms, steps) of one wave of b requests."""
+        if cfg.adaptive is not None:
+            r = adaptive_schedule(prof, cfg, b)
+            accept = r.tokens / r.verify_ct if r.verify_ct else None
+            return r.e2e_ms, r.ttft_ms, accept, cycle_ms(prof, at_steps(cfg, r.steps), b), r.steps
+        cycle, ttft = cycle_ms(prof, cfg, b), prefill_ms(prof, cfg, b)
+        if not cfg.speculative:
+            return ttft + (REFERENCE_TOKENS - 1) * cycle, ttft, None, cycle, 0
+        q = depth_acceptance(prof, cfg)
+        n = verify_steps_for(accept_distribution(q), REFERENCE_TOKENS)
+        return ttft + n * cycle, ttft, mean_accept_length(q), cycle, cfg.steps
+
+    e2e_ms, ttft, accept, cycle, steps = e2e(batch)
+    wall = sum(e2e(b)[0] if b != batch else e2e_ms for b in _waves(concurrency, batch))
     graph = "eager" if eager(cfg, batch) else "cuda graph"
-    reason = (
-        f"{cfg.algorithm or 'no speculation'}: accept length {accept:.2f}, "
-        f"cycle {cycle:.2f} ms ({graph}), batch {batch}"
-    )
+    label = cfg.algorithm or "no speculation"
+    if cfg.adaptive is not None:
+        label += f" adaptive ({steps} steps at batch {batch})"
+    reason = (f"{label}: accept length {accept or 1.0:.2f}, cycle {cycle:.2f} ms ({graph}), "
+              f"batch {batch}")
     return Expectation(
-        tok_s=tok_s,
+        tok_s=REFERENCE_TOKENS / e2e_ms * 1000.0,
         accept_length=accept if cfg.speculative else None,
         failure=None,
         reason=reason,
-        decode_tok_s=accept / cycle * 1000.0,
+        decode_tok_s=(accept or 1.0) / cycle * 1000.0,
         cycle_ms=cycle,
         ttft_ms=ttft,
         config=cfg,
+        total_tok_s=concurrency * REFERENCE_TOKENS / wall * 1000.0,
+        steps=steps if cfg.speculative else None,
     )

@@ -51,14 +51,35 @@ class Startup:
 
 @dataclass(frozen=True)
 class Target:
-    forward_ms: float  # one decode token, batch 1, CUDA graph
-    per_token_ms: float  # each further token in the same forward (verify of k tokens)
-    per_request_ms: float  # each further request in the batch
+    """One target forward of T = batch x k tokens (k per request) is a roofline plus overheads:
+
+    fixed_ms + max(weights_ms, compute_ms_per_token x T) + allreduce_ms_per_token x T
+    + per_request_ms x batch + per_token_ms x (k - 1), + eager_ms without a CUDA
+    graph. See sweeper.sim.model.
+    """
+
+    fixed_ms: float  # per forward whatever its size: kernel launches, TP all-reduce latency
+    weights_ms: float  # streaming the weights from HBM once: the memory-bound floor
+    compute_ms_per_token: float  # GEMM FLOPs of one token at the achievable rate
+    allreduce_ms_per_token: float  # one token's activations over the TP links, every layer
+    # each request's memory-bound work per forward: its KV-cache read (in a MoE also the
+    # experts its token routes to); paid once per forward, whatever k is
+    per_request_ms: float
+    per_token_ms: float  # each further verify position: per-position tree/accept/sampling kernels
     eager_ms: float  # extra per forward without a CUDA graph (launch overhead)
     prefill_ms: float  # first token of a short prompt
     prefill_per_request_ms: float  # each further prompt in the same prefill batch
     no_overlap_ms: float = 0.0  # scheduler overhead no longer hidden by the overlap schedule
     attention_backend: Mapping[str, float] = field(default_factory=dict)  # verify factors
+    # CUDA-graph / kernel-tile padding: a forward of n tokens costs like the smallest bucket
+    # >= n (token-proportional terms only); empty = no padding
+    verify_buckets: tuple[int, ...] = ()
+
+    @property
+    def forward_ms(self) -> float:
+        """One decode token at batch 1 with a CUDA graph (memory-bound)."""
+        return (self.fixed_ms + self.weights_ms + self.allreduce_ms_per_token
+                + self.per_request_ms)
 
 
 @dataclass(frozen=True)
@@ -116,6 +137,40 @@ class Memory:
 class Noise:
     cycle_sd: float  # log-normal sd of a request's speed factor at --sim-noise 1
     accept_sd: float  # log-normal sd of a request's acceptance factor at --sim-noise 1
+    # A fixed speed factor per distinct configuration (log-normal, this sd), seeded by
+    # config_residual_seed and a hash of the resolved flags/env: effects no formula captures.
+    # Part of the ground truth (not run-to-run noise), so --sim-noise 0 keeps it.
+    config_residual_sd: float = 0.0
+    config_residual_seed: int = 0
+
+
+FAULT_KINDS = ("lossy", "http_500", "crash_serving")
+
+
+@dataclass(frozen=True)
+class Match:
+    """Which launches a rule applies to: every args / env item must match.
+
+    Values are strings or lists of strings (any of them); args compare with the resolved
+    SGLang value (after defaults), env with the variable, "unset" meaning absent.
+    """
+
+    args: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    env: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FaultRule:
+    """A fault a matching launch shows while serving (sweeper.sim.faults)."""
+
+    kind: str  # lossy, http_500 or crash_serving
+    when: Match = field(default_factory=Match)
+    requests: int = 2  # crash_serving: generation requests served before the crash
+    every: int = 8  # lossy: one token in `every` is replaced
+    # profile rules describe broken speculative configurations: the no-speculation server
+    # is left alone unless a rule says speculative_only: false (lossy never applies to it)
+    speculative_only: bool = True
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -134,6 +189,7 @@ class Profile:
     nccl: Nccl
     memory: Memory
     noise: Noise
+    faults: tuple[FaultRule, ...] = ()
     source: str = ""
 
 
@@ -196,7 +252,7 @@ _SECTIONS: dict[str, type] = {
 
 
 def _build(data: dict[str, Any], source: str) -> Profile:
-    known = {"name", "description", "model", *_SECTIONS}
+    known = {"name", "description", "model", "faults", *_SECTIONS}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ProfileError(f"{source}: unknown key(s) {', '.join(unknown)}")
@@ -211,6 +267,7 @@ def _build(data: dict[str, Any], source: str) -> Profile:
             name=str(data["name"]),
             description=str(data.get("description", "")).strip(),
             model=str(data.get("model", "")),
+            faults=_faults(data.get("faults"), source),
             source=source,
             **sections,
         )
@@ -229,6 +286,11 @@ def _section(cls: type, raw: dict[str, Any], where: str) -> Any:
         raw["acceptance"] = tuple(float(x) for x in raw["acceptance"])
     if "speculative" in raw:
         raw["speculative"] = tuple(int(x) for x in raw["speculative"])
+    if "verify_buckets" in raw:
+        buckets = sorted({int(x) for x in raw["verify_buckets"] or ()})
+        if buckets and buckets[0] < 1:
+            raise ProfileError(f"{where}: verify_buckets must be positive token counts")
+        raw["verify_buckets"] = tuple(buckets)
     if cls is Nccl and raw.get("hang") is not None:
         hang = raw["hang"]
         raw["hang"] = HangRule(
@@ -240,3 +302,50 @@ def _section(cls: type, raw: dict[str, Any], where: str) -> Any:
         return cls(**raw)
     except TypeError as exc:
         raise ProfileError(f"{where}: {exc}") from exc
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    values = value if isinstance(value, list | tuple) else [value]
+    return tuple(str(v) for v in values)
+
+
+def _match(raw: Any, where: str) -> Match:
+    if raw is None:
+        return Match()
+    if not isinstance(raw, dict) or set(raw) - {"args", "env"}:
+        raise ProfileError(f"{where}: 'when' takes 'args' and 'env' mappings")
+    args = raw.get("args") or {}
+    env = raw.get("env") or {}
+    if not isinstance(args, dict) or not isinstance(env, dict):
+        raise ProfileError(f"{where}: 'when' takes 'args' and 'env' mappings")
+    return Match(
+        args={str(k).lstrip("-").replace("_", "-"): _strings(v) for k, v in args.items()},
+        env={str(k): _strings(v) for k, v in env.items()},
+    )
+
+
+def _faults(raw: Any, source: str) -> tuple[FaultRule, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ProfileError(f"{source}: faults is a list of rules")
+    rules = []
+    for i, item in enumerate(raw):
+        where = f"{source}: faults[{i}]"
+        if not isinstance(item, dict):
+            raise ProfileError(f"{where}: a rule is a mapping with a kind")
+        unknown = sorted(set(item) - {"kind", "when", "requests", "every", "reason",
+                                      "speculative_only"})
+        if unknown:
+            raise ProfileError(f"{where}: unknown key(s) {', '.join(unknown)}")
+        kind = str(item.get("kind", ""))
+        if kind not in FAULT_KINDS:
+            raise ProfileError(f"{where}: kind must be one of {', '.join(FAULT_KINDS)}")
+        requests, every = int(item.get("requests", 2)), int(item.get("every", 8))
+        if requests < 0 or every < 2:
+            raise ProfileError(f"{where}: requests must be >= 0 and every >= 2")
+        rules.append(FaultRule(kind=kind, when=_match(item.get("when"), where),
+                               requests=requests, every=every,
+                               speculative_only=bool(item.get("speculative_only", True)),
+                               reason=str(item.get("reason", ""))))
+    return tuple(rules)

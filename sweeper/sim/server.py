@@ -4,13 +4,13 @@ Endpoints and JSON shapes follow SGLang (shared/SGLANG.md): /health, /health_gen
 /get_model_info, /v1/models, /get_server_info (+ /server_info), /flush_cache,
 /v1/chat/completions (streaming SSE with a final usage chunk) and /generate (meta_info with
 spec_verify_ct and spec_accept_histogram). Every JSON answer that describes the server says
-``"simulated": true``: this is a test double.
+``"simulated": true``: this is a test double. With --api-key, every endpoint but /health*
+and /metrics needs ``Authorization: Bearer KEY`` (SGLang's middleware: 401 otherwise).
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import queue
 import sys
 import threading
@@ -19,13 +19,15 @@ import traceback
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 from sweeper.sim.engine import Engine, Finish, Request
+from sweeper.sim.faults import ActiveFaults
 from sweeper.sim.log import SimLog
 from sweeper.sim.profiles import Profile
 from sweeper.sim.text import count_tokens, natural_length, prompt_seed
+from sweeper.sim.wire import ClientGone, WireMixin
 
 SIM_VERSION = "0.5.3-sim"
 FLUSH_TEXT = (
@@ -45,6 +47,8 @@ class AppState:
     log: SimLog
     engine: Engine | None = None
     ready: threading.Event = field(default_factory=threading.Event)
+    api_key: str | None = None
+    faults: ActiveFaults = field(default_factory=ActiveFaults)
     sample_counter: itertools.count[int] = field(default_factory=itertools.count)
 
 
@@ -52,6 +56,8 @@ class SimHTTPServer(ThreadingHTTPServer):
     daemon_threads = True  # a stuck client must never keep the process alive
     block_on_close = False
     allow_reuse_address = True
+    # listen backlog: the stdlib's 5 resets connections when a benchmark opens 16 at once
+    request_queue_size = 256
 
     def __init__(self, address: tuple[str, int], state: AppState) -> None:
         self.state = state
@@ -64,11 +70,7 @@ class SimHTTPServer(ThreadingHTTPServer):
         self.state.log.raw("Exception in the simulated HTTP server:\n" + traceback.format_exc())
 
 
-class _ClientGone(Exception):
-    pass
-
-
-class SimHandler(BaseHTTPRequestHandler):
+class SimHandler(WireMixin):
     protocol_version = "HTTP/1.1"
     server: SimHTTPServer
 
@@ -98,6 +100,8 @@ class SimHandler(BaseHTTPRequestHandler):
         }
         post_routes = {"/v1/chat/completions": self._chat, "/generate": self._generate}
         try:
+            if not self._authorized(path):
+                return
             if path in routes:
                 routes[path]()
             elif path in post_routes and method == "POST":
@@ -106,7 +110,7 @@ class SimHandler(BaseHTTPRequestHandler):
                 self._error(405, "Method Not Allowed")
             else:
                 self._json(404, {"detail": "Not Found"})
-        except _ClientGone:
+        except ClientGone:
             self.close_connection = True
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
@@ -114,6 +118,17 @@ class SimHandler(BaseHTTPRequestHandler):
     @property
     def state(self) -> AppState:
         return self.server.state
+
+    def _authorized(self, path: str) -> bool:
+        """SGLang's add_api_key_middleware: health and metrics stay open."""
+        key = self.state.api_key
+        if not key or path.startswith(("/health", "/metrics")):
+            return True
+        if self.headers.get("Authorization") == f"Bearer {key}":
+            return True
+        self._read_body()  # keep the connection usable for the client's next request
+        self._json(401, {"error": "Unauthorized"})
+        return False
 
     # ------------------------------------------------------------ plain endpoints
 
@@ -159,13 +174,18 @@ class SimHandler(BaseHTTPRequestHandler):
             if s.engine.cfg.speculative:
                 internal["avg_spec_accept_length"] = round(s.engine.avg_accept_length(), 4)
         body = dict(s.server_args)
+        hardware = s.profile.hardware
         body.update({
             "internal_states": [internal],
             "version": SIM_VERSION,
             "simulated": True,
             "sim_profile": s.profile.name,
+            "gpu_name": hardware.gpu_name,
+            "num_gpus": hardware.num_gpus,
             "max_total_num_tokens": s.engine.max_total_tokens if s.engine else None,
         })
+        if s.engine is not None and s.engine.cfg.adaptive is not None:
+            internal["speculative_num_steps"] = s.engine.current_steps
         self._json(200, body)
 
     def _flush_cache(self) -> None:
@@ -212,9 +232,25 @@ class SimHandler(BaseHTTPRequestHandler):
             return True
         return False
 
+    def _fault_500(self, openai: bool) -> bool:
+        """http_500: the request fails inside the server, like an unhandled exception."""
+        if not self.state.faults.http_500:
+            return False
+        error = ("CUDA error: an illegal memory access was encountered "
+                 "(simulated fault: http_500)")
+        if openai:
+            # OpenAIServingBase.handle_request's catch-all
+            self.state.log.info(f"Error in request: {error}")
+            self._json(500, {"object": "error", "message": f"Internal server error: {error}",
+                             "type": "InternalServerError", "param": None, "code": 500})
+        else:
+            self.state.log.info(f"[http_server] Error: {error}")
+            self._json(500, {"error": {"message": error}})
+        return True
+
     def _chat(self) -> None:
         body = self._read_json()
-        if body is None or self._not_ready():
+        if body is None or self._not_ready() or self._fault_500(openai=True):
             return
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
@@ -289,7 +325,7 @@ class SimHandler(BaseHTTPRequestHandler):
 
     def _generate(self) -> None:
         body = self._read_json()
-        if body is None or self._not_ready():
+        if body is None or self._not_ready() or self._fault_500(openai=False):
             return
         text = body.get("text")
         if not isinstance(text, str):
@@ -354,65 +390,6 @@ class SimHandler(BaseHTTPRequestHandler):
             elif kind == "done":
                 return tokens, payload
         return tokens, None
-
-    # ------------------------------------------------------------ wire helpers
-
-    def _read_body(self) -> bytes:
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length else b""
-
-    def _read_json(self) -> dict[str, Any] | None:
-        try:
-            body = json.loads(self._read_body() or b"{}")
-        except (ValueError, UnicodeDecodeError) as exc:
-            self._error(400, f"invalid JSON body: {exc}")
-            return None
-        if not isinstance(body, dict):
-            self._error(400, "the JSON body must be an object")
-            return None
-        return body
-
-    def _send(self, status: int, data: bytes, content_type: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _json(self, status: int, payload: Any) -> None:
-        self._send(status, json.dumps(payload).encode(), "application/json")
-
-    def _error(self, status: int, message: str) -> None:
-        self._json(status, {"object": "error", "message": message, "type": "BadRequestError",
-                            "param": None, "code": status})
-
-    def _start_stream(self, req: Request) -> None:
-        try:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-cache")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-        except OSError as exc:
-            req.cancel()
-            raise _ClientGone from exc
-
-    def _sse(self, payload: dict[str, Any], req: Request) -> None:
-        self._sse_raw(b"data: " + json.dumps(payload).encode() + b"\n\n", req)
-
-    def _sse_raw(self, data: bytes, req: Request) -> None:
-        try:
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-        except OSError as exc:
-            req.cancel()  # the client went away: stop generating for it
-            raise _ClientGone from exc
-
-    def _end_stream(self, req: Request) -> None:
-        try:
-            self.wfile.write(b"0\r\n\r\n")
-        except OSError as exc:
-            req.cancel()
-            raise _ClientGone from exc
 
 
 def _message_text(message: Any) -> str:

@@ -1,4 +1,5 @@
-"""Deterministic output text: a function of the prompt only (speculation is lossless)."""
+"""Deterministic output text: a function of the prompt only (speculation is lossless),
+unless a ``lossy`` fault (sweeper.sim.faults) corrupts it the way a broken kernel would."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ _VOCABULARY = (
     "partial sums through collective operations over links between devices"
 )
 _WORDS = tuple(_VOCABULARY.split())
+_DISTINCT = tuple(sorted(set(_WORDS)))
 
 
 def prompt_seed(prompt: str) -> int:
@@ -21,16 +23,26 @@ def prompt_seed(prompt: str) -> int:
 
 
 class TextSource:
-    """Yields the same token sequence for the same seed; a token is one word."""
+    """Yields the same token sequence for the same seed; a token is one word.
 
-    def __init__(self, seed: int) -> None:
+    ``corrupt_every`` > 0 replaces one token in that many (positions every/2, every/2 +
+    every, ...) by a different word: the rest of the stream is unchanged, so a comparison
+    with the lossless output finds exactly those positions.
+    """
+
+    def __init__(self, seed: int, corrupt_every: int = 0) -> None:
         self._rng = random.Random(seed)
         self._count = 0
+        self._every = corrupt_every
 
     def take(self, n: int) -> list[str]:
         out = []
         for _ in range(n):
             word = self._rng.choice(_WORDS)
+            if self._every and self._count % self._every == self._every // 2:
+                # a wrongly accepted draft token: some other word of the vocabulary
+                others = [w for w in _DISTINCT if w != word]
+                word = others[self._count % len(others)]
             self._count += 1
             # an occasional full stop keeps the text looking like prose
             out.append(" " + word + ("." if self._count % 17 == 0 else ""))
