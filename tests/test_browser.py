@@ -34,9 +34,14 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     tmp = tmp_path_factory.mktemp("browser")
     data = demo_study_data(tmp, sweep={"seed": 3, "n_startup_trials": 4, "confirm_top": 2,
                                        "confirm_runs": 2})
+    # one start_from entry that fails for sure (no CollNet on the simulated hardware), so
+    # the failure figures have something to draw
+    data["space"]["env.NCCL_ALGO"] = {"choices": ["unset", "Ring", "Tree", "CollNetDirect"]}
+    data["start_from"].append({"speculative-num-steps": 2, "speculative-eagle-topk": 1,
+                               "env.NCCL_ALGO": "CollNetDirect"})
     path = tmp / "t.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    proc = run_cli("optimize", "--study", str(path), "--trials", "6")
+    proc = run_cli("optimize", "--study", str(path), "--trials", "10")
     assert proc.returncode == 0, proc.stderr
     yield path
 
@@ -67,12 +72,23 @@ def test_dashboard_names_the_winner_and_shows_logs_as_text(finished: Path, brows
         studies = wait_http_ok(f"http://127.0.0.1:{port}/api/studies", 30,
                                proc).json()["study_summaries"]
         study_id = studies[0]["study_id"]
+        # the study's first page: the winner in its attributes, the metric's name
         browser.get(f"http://127.0.0.1:{port}/dashboard/studies/{study_id}")
-        text = _page_text(browser, "Winner:")
-        assert f"Winner: {headline.label}" in text
-        assert f"{headline.best.stats.mean:.1f} tok/s" in text
+        text = _page_text(browser, "sweeper:winner")
+        figure = f"{headline.best.stats.mean:.1f} tok/s"
+        assert f"{headline.label} — {figure}" in text
         assert "tok/s" in text and "Objective 0" not in text  # the metric has its name
+        from selenium.webdriver.common.by import By
+
+        cell = browser.find_element(By.XPATH, "//*[text()='sweeper:winner']")
+        browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", cell)
         keep_screenshot(browser, tmp_path, "dashboard.png")
+        # the study's note says the same, with the speedup and how it was decided
+        browser.get(f"http://127.0.0.1:{port}/dashboard/studies/{study_id}/note")
+        note = _page_text(browser, "Winner:")
+        assert f"Winner: {headline.label}" in note and figure in note
+        assert "confirm phase" in note
+        keep_screenshot(browser, tmp_path, "dashboard-note.png")
 
         detail = httpx.get(f"http://127.0.0.1:{port}/api/studies/{study_id}", timeout=10).json()
         trial = next(t for t in detail["trials"] if t["artifacts"])
@@ -121,7 +137,7 @@ def test_report_of_a_thin_study_says_what_is_missing(make_study, tmp_path: Path,
     if case == "only failures":
         study = make_study(baseline=False, start_from=[],
                            space={"speculative-num-steps": {"int": [1, 2]},
-                                  "speculative-eagle-topk": {"choices": [1]},
+                                  "speculative-eagle-topk": {"choices": [1, 2]},
                                   "env.NCCL_ALGO": {"choices": ["CollNetDirect"]}},
                            sweep={"seed": 1, "max_consecutive_failures": 2})
         trials = "2"

@@ -168,8 +168,9 @@ def _importance(trials: list[FrozenTrial], spec: StudySpec, knobs: list[str]) ->
 
 
 def _table(df: pd.DataFrame) -> str:
-    return df.to_html(index=False, na_rep="", border=0, classes="data",
-                      float_format=lambda x: f"{x:.2f}")
+    return '<div class="scroll">' + df.to_html(
+        index=False, na_rep="", border=0, classes="data",
+        float_format=lambda x: f"{x:.2f}") + "</div>"
 
 
 def _page(spec: StudySpec, study: optuna.Study, headline: Headline, df: pd.DataFrame,
@@ -220,6 +221,7 @@ h1 {{ font-size: 1.6em; }} h2 {{ margin-top: 1.6em; border-bottom: 1px solid #dd
 img {{ max-width: 100%; border: 1px solid #eee; }}
 table.data {{ border-collapse: collapse; font-size: 0.85em; }}
 table.data td, table.data th {{ padding: 2px 8px; border-bottom: 1px solid #eee; }}
+.scroll {{ overflow-x: auto; }}
 .sim {{ background: #fff6d6; padding: 0.5em; }} .missing {{ color: #777; }}
 @media print {{ body {{ max-width: none; }} }}
 </style></head><body>
