@@ -46,6 +46,13 @@ def browser() -> Iterator[object]:
         driver.quit()  # stops chromium and chromedriver, also when the test failed
 
 
+def keep_figure(path: Path, name: str) -> None:
+    """Copy a figure the test made to docs/ when SWEEPER_DOCS_SCREENSHOTS=1."""
+    if os.environ.get(DOCS_ENV) == "1":
+        DOCS.mkdir(exist_ok=True)
+        (DOCS / name).write_bytes(path.read_bytes())
+
+
 def keep_screenshot(driver: object, tmp: Path, name: str) -> Path:
     """Save a screenshot under ``tmp`` (and docs/ when SWEEPER_DOCS_SCREENSHOTS=1)."""
     path = tmp / name

@@ -176,3 +176,25 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300,
     return subprocess.run([sys.executable, "-m", "sweeper", *args], cwd=cwd or ROOT,
                           capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "COLUMNS": "200", **(env or {})})
+
+
+@pytest.fixture(scope="session")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One finished sweep with a confirm phase (and a failure), shared by the tests that
+    only read a study: the browser tests, status, export, report."""
+    import yaml
+
+    tmp = tmp_path_factory.mktemp("browser")
+    data = demo_study_data(tmp, sweep={"seed": 3, "n_startup_trials": 4, "confirm_top": 2,
+                                       "confirm_runs": 2})
+    # one start_from entry that fails for sure (no CollNet on the simulated hardware), so
+    # the failure figures have something to draw
+    data["space"]["env.NCCL_ALGO"] = {"choices": ["unset", "Ring", "Tree", "CollNetDirect"]}
+    data["start_from"].append({"speculative-num-steps": 2, "speculative-eagle-topk": 1,
+                               "env.NCCL_ALGO": "CollNetDirect"})
+    path = tmp / "t.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    proc = run_cli("optimize", "--study", str(path), "--trials", "10")
+    assert proc.returncode == 0, proc.stderr
+    (tmp / "optimize.out").write_text(proc.stdout)  # what the user saw at the end
+    yield path

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -20,30 +19,10 @@ import pytest
 from sweeper.remote import free_port
 from sweeper.results.headline import Headline
 from sweeper.results.table import FIGURE_COLUMNS, FIXED_COLUMNS
-from tests.browser import browser, keep_screenshot  # noqa: F401  (fixture)
-from tests.conftest import ROOT, demo_study_data, run_cli, wait_for, wait_http_ok
+from tests.browser import browser, keep_figure, keep_screenshot  # noqa: F401  (fixture)
+from tests.conftest import ROOT, run_cli, wait_for, wait_http_ok
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """One finished sweep with a confirm phase, shared by this module's tests."""
-    import yaml
-
-    tmp = tmp_path_factory.mktemp("browser")
-    data = demo_study_data(tmp, sweep={"seed": 3, "n_startup_trials": 4, "confirm_top": 2,
-                                       "confirm_runs": 2})
-    # one start_from entry that fails for sure (no CollNet on the simulated hardware), so
-    # the failure figures have something to draw
-    data["space"]["env.NCCL_ALGO"] = {"choices": ["unset", "Ring", "Tree", "CollNetDirect"]}
-    data["start_from"].append({"speculative-num-steps": 2, "speculative-eagle-topk": 1,
-                               "env.NCCL_ALGO": "CollNetDirect"})
-    path = tmp / "t.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    proc = run_cli("optimize", "--study", str(path), "--trials", "10")
-    assert proc.returncode == 0, proc.stderr
-    yield path
 
 
 def _study(path: Path) -> optuna.Study:
@@ -121,6 +100,7 @@ def test_report_renders_every_figure(finished: Path, browser, tmp_path: Path) ->
         assert loaded > 100, name
         assert (out / f"{name}.png").stat().st_size > 5000, name
     keep_screenshot(browser, tmp_path, "report.png")
+    keep_figure(out / "history.png", "report-history.png")
     frame = pd.read_csv(out / "trials.csv")
     knobs = ["speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens",
              "env.NCCL_ALGO"]

@@ -95,7 +95,7 @@ def optimize(
         raise typer.Exit(1) from None
     top = 0 if no_confirm else (spec.sweep.confirm_top if confirm is None else confirm)
     if top > 0 and summary.stopped_because != "interrupted":
-        if leaders_changed(sweep, top):
+        if leaders_changed(sweep.study, spec.benchmark.objective, top):
             _confirm(sweep, top, spec.sweep.confirm_runs, reporter)
         else:
             out.print(f"Confirm phase skipped: the top {top} are the configurations the last "

@@ -61,18 +61,18 @@ def _texts(result: BenchResult) -> dict[int, str]:
     return out
 
 
-def leaders(sweep: Sweep, top: int) -> list[str]:
+def leaders(study: optuna.Study, objective: str, top: int) -> list[str]:
     """The configurations a confirm phase of the top ``top`` would re-measure now."""
-    results = R.config_results(sweep.study.get_trials(deepcopy=False))
-    ranked = [r for r in R.ranked(results, sweep.bench_spec.objective) if not r.is_baseline]
+    results = R.config_results(study.get_trials(deepcopy=False))
+    ranked = [r for r in R.ranked(results, objective) if not r.is_baseline]
     return [r.config_id for r in ranked[:top]]
 
 
-def leaders_changed(sweep: Sweep, top: int) -> bool:
+def leaders_changed(study: optuna.Study, objective: str, top: int) -> bool:
     """Whether the leaders differ from those the last confirm phase measured (a top-up
     that did not change them needs no new confirm phase)."""
-    last = sweep.study.user_attrs.get(A.CONFIRMED) or {}
-    return sorted(last.get("leaders", [])) != sorted(leaders(sweep, top))
+    last = study.user_attrs.get(A.CONFIRMED) or {}
+    return sorted(last.get("leaders", [])) != sorted(leaders(study, objective, top))
 
 
 def run_confirm(sweep: Sweep, top: int, runs: int, rounds: int = 2) -> ConfirmOutcome:

@@ -91,7 +91,7 @@ class ConsoleReporter:
 
     def _cut(self, text: str) -> str:
         # the bar's own columns take ~45 characters; the phase gets the rest
-        room = max(10, self.console.width - 48)
+        room = max(10, self.console.width - 50)
         return text if len(text) <= room else text[: room - 1] + "…"
 
     def close(self) -> None:
