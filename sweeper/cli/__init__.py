@@ -11,16 +11,31 @@ from __future__ import annotations
 import logging
 import sys
 
+import typer
+
 from sweeper.cli import results, sweeping, tools
-from sweeper.cli.common import app
+from sweeper.cli.common import app, err
 
 __all__ = ["app", "main", "results", "sweeping", "tools"]
+
+# Typer 0.29 vendors click and re-exports only BadParameter; its base is click's UsageError,
+# the parent of every command-line mistake (unknown option, bad choice, missing value).
+UsageError: type[Exception] = typer.BadParameter.__mro__[1]
 
 
 def main() -> None:
     # retries of a dropped SSH connection and the like: one readable line each
     logging.basicConfig(level=logging.WARNING, format="sweeper: %(message)s")
     try:
-        app()
-    except KeyboardInterrupt:
+        code = app(standalone_mode=False)
+    except UsageError as exc:
+        # bad input is one line, like every other (click would print usage and a hint)
+        ctx = getattr(exc, "ctx", None)
+        name = f" {ctx.info_name}" if ctx is not None and ctx.parent is not None else ""
+        message = exc.format_message()  # type: ignore[attr-defined]
+        err.print(f"error: {message} (see `sweeper{name} --help`)", markup=False,
+                  soft_wrap=True)
+        sys.exit(2)
+    except (KeyboardInterrupt, typer.Abort):
         sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

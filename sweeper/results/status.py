@@ -93,7 +93,7 @@ def print_status(console: Console, spec: StudySpec, storage_url: str,
     # Compact: the fixed columns take ~40 characters; the configuration gets most of
     # the rest, the note what remains. Wide: full labels and intervals.
     room = console.width - (64 if wide else 46)
-    table = Table(title=f"{spec.name} — {storage_url}", title_justify="left",
+    table = Table(title=f"study {spec.name}", title_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("state", no_wrap=True)
@@ -117,15 +117,16 @@ def print_status(console: Console, spec: StudySpec, storage_url: str,
               for s, name in ((TrialState.COMPLETE, "complete"), (TrialState.PRUNED, "pruned"),
                               (TrialState.FAIL, "failed"), (TrialState.RUNNING, "running"),
                               (TrialState.WAITING, "queued"))}
-    console.print(", ".join(f"{v} {k}" for k, v in counts.items() if v))
+    console.print(", ".join(f"{v} {k}" for k, v in counts.items() if v)
+                  + f"; storage {storage_url}", soft_wrap=False, overflow="fold")
     started = min((t.datetime_start for t in trials if t.datetime_start), default=None)
     if started:
         console.print(f"[dim]first trial started {started:%Y-%m-%d %H:%M}; "
-                      f"now {dt.datetime.now():%H:%M}[/]")
+                      f"now {dt.datetime.now():%H:%M}[/]", soft_wrap=False)
     for line in Headline.of(study, spec.benchmark.objective, trials).lines():
         console.print(line, soft_wrap=False)  # wrapped at words to the terminal's width
     if study.user_attrs.get(A.SIMULATED):
-        console.print(f"[dim]{SIM_NOTE}[/]")
+        console.print(f"[dim]{SIM_NOTE}[/]", soft_wrap=False)
 
 
 def _row(t: FrozenTrial, base: R.ConfigResult | None, wide: bool) -> list[str]:

@@ -20,6 +20,7 @@ import socket
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +73,7 @@ class Recorder:
         """A trial of fixed parameters, RUNNING from now (its duration is real), that the
         sampler never proposed (a confirm-phase measurement)."""
         template = FrozenTrial(
-            number=-1, state=TrialState.RUNNING, value=None, datetime_start=None,
+            number=-1, state=TrialState.RUNNING, value=None, datetime_start=datetime.now(),
             datetime_complete=None, params=params, distributions=distributions,
             user_attrs=user_attrs, system_attrs={}, intermediate_values={}, trial_id=-1)
         template.set_constraint("failed", 0.0)
