@@ -50,8 +50,10 @@ def test_confirm_overturns_a_lucky_measurement(make_study, tmp_path: Path) -> No
         (1, 4), "the lucky configuration was exported"
     study = optuna.load_study(study_name="t", storage=storage)
     verdict = study.user_attrs["sweeper:confirmed"]
-    slow = next(r for r in verdict["results"] if r["config_id"] == config.config_id())
-    assert max(slow["runs"]) < lucky  # its fresh runs show the truth
-    assert len(slow["runs"]) == 4 and not slow["lossless_mismatches"]
+    numbers = verdict["trials"][config.config_id()]  # this phase's trials of SLOW
+    runs = [r for t in study.get_trials() if t.number in numbers
+            for r in t.user_attrs["tok_s_runs"]]
+    assert max(runs) < lucky  # its fresh runs show the truth
+    assert len(runs) == 4 and config.config_id() not in verdict["lossless_mismatches"]
     # the confirm measurements are kept as trials too: nothing measured is lost
     assert sum(1 for t in study.get_trials() if t.user_attrs.get("confirm")) == 3 * 2

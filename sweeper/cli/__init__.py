@@ -36,6 +36,9 @@ def main() -> None:
         err.print(f"error: {message} (see `sweeper{name} --help`)", markup=False,
                   soft_wrap=True)
         sys.exit(2)
-    except (KeyboardInterrupt, typer.Abort):
+    except typer.Abort:  # a question answered with Ctrl-D or no terminal: "no"
+        err.print("aborted", markup=False)
+        sys.exit(1)
+    except KeyboardInterrupt:
         sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)

@@ -8,6 +8,7 @@ dashboard's study note all come from one ``Headline``, so they cannot disagree.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import optuna
@@ -129,7 +130,9 @@ def mark_best(study: optuna.Study, objective: str = "mean") -> None:
     from optuna_dashboard import save_note
 
     if study.metric_names != ["tok/s"]:
-        study.set_metric_names(["tok/s"])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # flagged experimental since Optuna 3.2
+            study.set_metric_names(["tok/s"])
     simulated = bool(study.user_attrs.get(A.SIMULATED))
     headline = Headline.of(study, objective)
     study.set_user_attr(A.WINNER, headline.one_line())
