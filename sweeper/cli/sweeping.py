@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from enum import Enum
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -16,7 +15,6 @@ if TYPE_CHECKING:
     from sweeper.run.progress import ConsoleReporter
     from sweeper.run.sweep import Sweep
 
-SamplerName = Enum("SamplerName", {name: name for name in SAMPLERS}, type=str)  # type: ignore[misc]
 
 
 def _allow_delete(yes: bool, study: str, storage: str) -> bool:
@@ -40,8 +38,10 @@ def optimize(
     timeout: Annotated[float | None, typer.Option(help="Stop starting trials after this many "
                                                        "seconds.")] = None,
     storage: StorageOpt = None,
-    sampler: Annotated[SamplerName | None, typer.Option(  # type: ignore[valid-type]
-        help="The search algorithm (default: the study's sweep.sampler).")] = None,
+    # a plain string checked by make_sampler: a bad name is one line, not a usage block
+    sampler: Annotated[str | None, typer.Option(
+        help=f"The search algorithm: {' or '.join(SAMPLERS)} (default: the study's "
+             "sweep.sampler).")] = None,
     seed: Annotated[int | None, typer.Option(help="Sampler seed.")] = None,
     keep_best: Annotated[bool, typer.Option("--keep-best", help="Leave the best configuration "
                                                                 "running at the end.")] = False,
@@ -56,6 +56,7 @@ def optimize(
                                                     "asking.")] = False,
 ) -> None:
     """Run the sweep: restart SGLang with each proposed configuration and benchmark it."""
+    spec = load(study)  # first: bad input is refused before the heavy imports
     import optuna
 
     from sweeper.results.headline import Headline
@@ -65,9 +66,8 @@ def optimize(
     from sweeper.run.sweep import Sweep, SweepAborted, SweepOptions
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # we report trials ourselves
-    spec = load(study)
     opts = SweepOptions(trials=trials, timeout=timeout, storage=storage,
-                        sampler=sampler.value if sampler else None, seed=seed,
+                        sampler=sampler, seed=seed,
                         keep_best=keep_best)
     reporter = ConsoleReporter(out)
     sweep = Sweep(spec, opts, reporter)
