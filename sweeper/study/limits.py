@@ -194,7 +194,8 @@ def _build_scalar(loader: yaml.SafeLoader, node: Node, path: list[str]) -> None:
         return  # strings were checked as they were composed; the merge key builds nothing
     try:
         loader.construct_object(node)
-    except (ValueError, OverflowError, TypeError, yaml.YAMLError) as exc:
+    except Exception as exc:  # noqa: BLE001 - PyYAML's constructors fail in many ways
+        # (ValueError, AttributeError on `!!timestamp ''`, ...): all the value's fault
         reason = getattr(exc, "problem", None) or str(exc)
         tag = node.tag.replace("tag:yaml.org,2002:", "!!")
         raise _Refused(key, f"{show(node.value, key)} cannot be read as {shorten(tag, 60)} "
@@ -246,6 +247,12 @@ def parse_yaml(text: str, path: Path) -> Any:
                  f"YAML aliases expand to {sizes[id(root)]:,} values, more than the "
                  f"{MAX_NODES:,} a study may hold (an alias bomb?)",
                  "write the values out, or use fewer aliases")
-        return loader.construct_document(root)
+        try:
+            return loader.construct_document(root)
+        except yaml.YAMLError:
+            raise  # load.py names its line and column
+        except Exception as exc:  # noqa: BLE001 - as in _build_scalar: the document's fault
+            fail(path, "", f"the YAML cannot be read into values ({exc.__class__.__name__}: "
+                 f"{shorten(str(exc))})", "fix the value (quote strings)")
     finally:
         loader.dispose()
