@@ -163,3 +163,27 @@ def test_too_many_values_without_aliases(tmp_path: Path) -> None:
     study = _write(tmp_path, "many.yaml",
                    HEAD + SPACE + f"  cuda-graph-max-bs: {{choices: [{choices}]}}\n")
     assert_refused(study, ["space.cuda-graph-max-bs.choices", "more than 20000 values"])
+
+
+def test_a_launcher_the_host_rejects_ends_the_sweep_in_one_line(make_study, tmp_path: Path
+                                                                ) -> None:
+    """No shell syntax, so the loader accepts it, and `--help` works, so preflight does:
+    the server rejects its own launcher's word at the first start. The sweep stops there
+    (every configuration would be rejected), with one line, not N restarts or a trace."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from .conftest import SIM_LAUNCHER, run_cli
+
+    study_file = make_study(server={"launcher": SIM_LAUNCHER + " --sim-no-such-flag"},
+                            sweep={"seed": 3, "confirm_top": 1})
+    proc = run_cli("optimize", "--study", str(study_file), "--trials", "3")
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 1, proc.stderr + proc.stdout
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "rejects the study's fixed settings" in lines[0]
+    assert "--sim-no-such-flag" in lines[0] and "server.launcher" in lines[0]
+    trials = optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 't.db'}"
+                               ).get_trials()
+    assert [(t.state, t.user_attrs["failure"]) for t in trials
+            if t.state != TrialState.WAITING] == [(TrialState.PRUNED, "invalid_args")]

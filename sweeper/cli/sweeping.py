@@ -7,7 +7,17 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from sweeper.cli.common import StorageOpt, StudyOpt, app, err, errors, load, out, simulated_note
+from sweeper.cli.common import (
+    StorageOpt,
+    StudyOpt,
+    app,
+    err,
+    errors,
+    load,
+    one_line,
+    out,
+    simulated_note,
+)
 from sweeper.errors import InputError
 from sweeper.search.sampler import SAMPLERS
 
@@ -61,7 +71,7 @@ def optimize(
 
     from sweeper.results.headline import Headline
     from sweeper.results.status import print_summary
-    from sweeper.run.confirm import leaders_changed
+    from sweeper.run.confirm import leaders, leaders_changed
     from sweeper.run.progress import ConsoleReporter
     from sweeper.run.sweep import Sweep, SweepAborted, SweepOptions
 
@@ -91,11 +101,13 @@ def optimize(
     except SweepAborted as exc:
         reporter.close()
         print_summary(out, sweep.summary, Headline.of(sweep.study, spec.benchmark.objective))
-        err.print(f"error: sweep stopped: {exc}", markup=False, soft_wrap=True)
+        err.print(f"error: sweep stopped: {one_line(str(exc))}", markup=False, soft_wrap=True)
         raise typer.Exit(1) from None
     top = 0 if no_confirm else (spec.sweep.confirm_top if confirm is None else confirm)
     if top > 0 and summary.stopped_because != "interrupted":
-        if leaders_changed(sweep.study, spec.benchmark.objective, top):
+        if not leaders(sweep.study, spec.benchmark.objective, top):
+            out.print("Confirm phase skipped: no speculative configuration was measured.")
+        elif leaders_changed(sweep.study, spec.benchmark.objective, top):
             _confirm(sweep, top, spec.sweep.confirm_runs, reporter)
         else:
             out.print(f"Confirm phase skipped: the top {top} are the configurations the last "
