@@ -11,11 +11,10 @@ written by the tests below.
 from __future__ import annotations
 
 import os
-import resource
 import shutil
+import signal
 import subprocess
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,31 +44,40 @@ class Run:
     peak_kb: int
 
 
+# Measures one command from a small parent: a child's peak RSS (ru_maxrss) includes the
+# address space it was forked from until its exec, so a command forked from pytest itself
+# would be charged pytest's few hundred MB. This parent is a bare python of ~10 MB.
+_MEASURE = """
+import os, resource, subprocess, sys
+limit, report = int(sys.argv[1]), sys.argv[2]
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+proc = subprocess.Popen(sys.argv[3:])
+_, status, usage = os.wait4(proc.pid, 0)
+open(report, "w").write(str(usage.ru_maxrss))
+code = os.waitstatus_to_exitcode(status)
+sys.exit(code if code >= 0 else 128 - code)
+"""
+
+
 def run_measured(study: Path, timeout: float = 120) -> Run:
     """``sweeper optimize`` on ``study`` in its own directory, with the peak resident
-    memory of that one process (wait4's rusage, not the whole session's children)."""
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
-
-    out, err = study.parent / ".stdout", study.parent / ".stderr"
-    with out.open("wb") as o, err.open("wb") as e:
-        proc = subprocess.Popen([sys.executable, "-m", "sweeper", "optimize", "--study",
-                                 study.name, "--trials", "1"], cwd=study.parent, stdout=o,
-                                stderr=e, stdin=subprocess.DEVNULL, preexec_fn=limit,
-                                env={**os.environ, "COLUMNS": "200",
-                                     "PYTHONPATH": str(ROOT)})
-        killer = threading.Timer(timeout, proc.kill)
-        killer.start()
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-        finally:
-            killer.cancel()
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    run = Run(proc.returncode, out.read_text(errors="replace"),
-              err.read_text(errors="replace"), usage.ru_maxrss)
-    out.unlink()
-    err.unlink()
-    return run
+    memory of that one process (wait4's rusage of it, measured by a small parent)."""
+    report = study.parent.parent / "maxrss"  # beside the study's own directory
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _MEASURE, str(ADDRESS_SPACE), str(report),
+         sys.executable, "-m", "sweeper", "optimize", "--study", study.name, "--trials", "1"],
+        cwd=study.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL, start_new_session=True, text=True, errors="replace",
+        env={**os.environ, "COLUMNS": "200", "PYTHONPATH": str(ROOT)})
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise AssertionError(f"{study.name}: no answer in {timeout:.0f}s") from None
+    peak = int(report.read_text())
+    report.unlink()
+    return Run(proc.returncode, out, err, peak)
 
 
 def expectations(text: str) -> tuple[list[str], list[str]]:
@@ -114,19 +122,22 @@ def test_the_corpus_is_large_enough() -> None:
 def test_corpus_file_is_one_line_and_nothing_else(case: Path, tmp_path: Path) -> None:
     needles, secrets = expectations(case.read_bytes().decode("utf-8", errors="replace"))
     assert needles, f"{case.name} says what its error line must hold"
-    study = tmp_path / case.name
+    study = tmp_path / "s" / case.name
+    study.parent.mkdir()
     shutil.copyfile(case, study)
     assert_refused(study, needles, secrets)
 
 
 def _write(tmp_path: Path, name: str, text: str) -> Path:
-    path = tmp_path / name
+    """A study alone in its directory (what the test checks stays empty but for it)."""
+    path = tmp_path / "s" / name
+    path.parent.mkdir(exist_ok=True)
     path.write_text(text)
     return path
 
 
 def test_a_50_mb_model_path_is_refused_before_reading(tmp_path: Path) -> None:
-    study = tmp_path / "huge.yaml"
+    study = _write(tmp_path, "huge.yaml", "")
     with study.open("w") as f:
         f.write(HEAD + "  args:\n    model-path: ")
         for _ in range(50):
