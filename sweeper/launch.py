@@ -2,8 +2,15 @@
 
 A LaunchConfig holds the launcher template, SGLang's flags (dashed names, as SGLang
 spells them) and the server's environment. It renders to an argv list (never a shell
-string: values are data), to a display command line with secrets redacted, and to the
-YAML that ``python -m sglang.launch_server --config FILE`` loads.
+string: values are data), to a display command line, and to the YAML that
+``python -m sglang.launch_server --config FILE`` loads, with an env file beside it.
+
+Secrets (``is_secret`` env names, ``is_secret_flag`` flags) reach the server through
+argv and the environment only. Everything shown or written holds a *reference* instead of
+the value, so that what is copied from it still starts a working server: the environment
+variable itself (``HF_TOKEN``), and for a flag a variable named after it
+(``--api-key "$SGLANG_API_KEY"``, ``secret_variable``). SGLang's ``--config`` YAML cannot
+expand variables, so a secret flag is left out of it and passed on the command line.
 """
 
 from __future__ import annotations
@@ -45,6 +52,17 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: (REDACTED if is_secret(k) else v) for k, v in env.items()}
 
 
+def secret_variable(flag: str) -> str:
+    """The environment variable an exported launch reads a secret flag from:
+    ``api-key`` -> ``SGLANG_API_KEY``."""
+    return "SGLANG_" + re.sub(r"[^A-Za-z0-9]", "_", flag).upper()
+
+
+def _is_set(value: object) -> bool:
+    """A flag value that is a value (not a presence flag, not absent)."""
+    return value not in (None, True, False, "")
+
+
 def _flag_tokens(name: str, value: ArgValue) -> list[str]:
     """One flag as argv tokens, following SGLang's --config rules: True -> presence,
     False/None -> absent, list -> several values."""
@@ -83,6 +101,16 @@ class LaunchConfig:
         return str(self.args.get("host", "127.0.0.1"))
 
     @property
+    def api_key(self) -> str | None:
+        """The key SGLang's ``--api-key`` makes clients send (``Authorization: Bearer``)."""
+        key = self.args.get("api-key")
+        return str(key) if _is_set(key) else None
+
+    def secret_flags(self) -> list[str]:
+        """Secret flags that carry a value (``api-key``), in argument order."""
+        return [k for k, v in self.args.items() if is_secret_flag(k) and _is_set(v)]
+
+    @property
     def speculative(self) -> bool:
         return any(k.startswith(SPECULATIVE_PREFIX) for k in self.args)
 
@@ -108,8 +136,8 @@ class LaunchConfig:
     def secret_values(self) -> list[str]:
         """The values that must never be shown: of secret-named env vars and flags."""
         vals = [v for k, v in self.env.items() if is_secret(k) and v]
-        vals += [str(v) for k, v in self.args.items()
-                 if is_secret_flag(k) and v not in (None, True, False, "")]
+        vals += [render_value(x) for k in self.secret_flags()
+                 for x in (self.args[k] if isinstance(self.args[k], list) else [self.args[k]])]
         return sorted(set(vals), key=len, reverse=True)
 
     def scrub(self, text: str) -> str:
@@ -121,15 +149,23 @@ class LaunchConfig:
     def redacted(self) -> LaunchConfig:
         """The same configuration with secret values (env and flags such as --api-key)
         replaced, for everything that is shown or stored."""
-        args = {k: (REDACTED if is_secret_flag(k) and v not in (None, True, False) else v)
-                for k, v in self.args.items()}
+        args = {k: (REDACTED if k in self.secret_flags() else v) for k, v in self.args.items()}
         return LaunchConfig(self.launcher, args, redact_env(self.env))
 
     def command_line(self, python: str = "python3", redact: bool = True) -> str:
-        """A copy-pasteable shell line (env prefix + command), every value quoted once."""
-        cfg = self.redacted() if redact else self
-        prefix = [f"{k}={shlex.quote(v)}" for k, v in sorted(cfg.env.items())]
-        return " ".join([*prefix, shlex.join(cfg.argv(python))])
+        """A copy-pasteable shell line (env prefix + command), every value quoted once.
+        Redacted, a secret is a reference to the environment (``HF_TOKEN="$HF_TOKEN"``,
+        ``--api-key "$SGLANG_API_KEY"``): the line still starts the same server."""
+        prefix = [f'{k}="${k}"' if redact and is_secret(k) else f"{k}={shlex.quote(v)}"
+                  for k, v in sorted(self.env.items())]
+        words = [shlex.quote(w) for w in self.launcher_argv(python)]
+        for name, value in self.args.items():
+            tokens = _flag_tokens(name, value)
+            if redact and name in self.secret_flags():
+                words += [tokens[0], f'"${secret_variable(name)}"']
+            else:
+                words += [shlex.quote(t) for t in tokens]
+        return " ".join([*prefix, *words])
 
     def identity(self) -> str:
         """Canonical key: two trials with equal identity ran the same configuration
@@ -144,18 +180,42 @@ class LaunchConfig:
 
     def sglang_yaml(self, redact: bool = True) -> str:
         """YAML for ``sglang.launch_server --config``: dashed keys, presence flags as
-        ``true``, false flags omitted, lists for multi-value flags, no nested maps."""
+        ``true``, false flags omitted, lists for multi-value flags, no nested maps.
+        Redacted, secret flags are left out: the YAML cannot refer to a variable, so
+        ``secret_argv`` passes them on the command line."""
         data: dict[str, Any] = {}
-        for name, value in (self.redacted() if redact else self).args.items():
-            if value is None or value is False:
+        secret = set(self.secret_flags()) if redact else set()
+        for name, value in self.args.items():
+            if value is None or value is False or name in secret:
                 continue
             data[name] = value
         return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
 
+    def secret_argv(self) -> str:
+        """The secret flags as shell words that read their variables
+        (``--api-key "$SGLANG_API_KEY"``), for the command beside ``sglang_yaml()``."""
+        return " ".join(f'--{k} "${secret_variable(k)}"' for k in self.secret_flags())
+
+    def secret_names(self) -> list[str]:
+        """Every variable an exported launch needs the user to set: the secret env vars
+        and the variables of the secret flags."""
+        return sorted({*(k for k in self.env if is_secret(k)),
+                       *(secret_variable(k) for k in self.secret_flags())})
+
     def env_file(self, redact: bool = True) -> str:
-        """The environment SGLang's YAML cannot hold, as a sourceable file."""
-        env = redact_env(self.env) if redact else self.env
-        lines = [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+        """The environment SGLang's YAML cannot hold, as a sourceable file. Redacted, a
+        secret is never written: its line reads it from the environment and stops the
+        launch with a message when it is unset (write the value there, or export it)."""
+        lines = []
+        if redact and self.secret_names():
+            lines.append("# Secrets are not written by sweeper: export them before launching, "
+                         "or write each value in place of its ${...}.")
+            for name in self.secret_names():
+                flag = next((f"the server's --{k}" for k in self.secret_flags()
+                             if secret_variable(k) == name), "a secret")
+                lines.append(f'export {name}="${{{name}:?set {name} ({flag})}}"')
+        lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(self.env.items())
+                  if not (redact and is_secret(k))]
         return "\n".join(lines) + ("\n" if lines else "")
 
     def to_dict(self, redact: bool = True) -> dict[str, Any]:

@@ -48,7 +48,7 @@ def test_chat_against_simulator_matches_ground_truth(sim: str) -> None:
     assert res.n_errors == 0 and res.n_short == 0 and res.stats.n == 2
     assert all(r.completion_tokens == 500 for run in res.runs for r in run.requests)
     assert res.stats.mean == pytest.approx(tok_s, rel=0.02)
-    assert res.accept_length == pytest.approx(accept, rel=0.1)
+    assert res.accept_length == pytest.approx(accept, rel=0.01)  # noise off: off by 0.3% at most
 
 
 def test_generate_against_simulator_reports_acceptance(sim: str) -> None:
@@ -58,7 +58,7 @@ def test_generate_against_simulator_reports_acceptance(sim: str) -> None:
     res = run_benchmark(sim, spec)
     assert res.n_errors == 0 and res.n_short == 0
     assert res.accept_length_source == "generate_meta"
-    assert res.accept_length == pytest.approx(accept, rel=0.1)
+    assert res.accept_length == pytest.approx(accept, rel=0.01)  # noise off: off by 0.3% at most
     if res.per_position_acceptance is not None:
         assert all(p is None or 0 <= p <= 1 for p in res.per_position_acceptance)
     # temperature 0 on the same prompts: the same text again (the lossless check's basis)

@@ -90,7 +90,11 @@ def test_server_killed_mid_benchmark_is_a_crash_within_2s(sshd, tmp_path: Path) 
 
 
 def test_ssh_cut_mid_trial_retries_and_loses_nothing(sshd, tmp_path: Path) -> None:
-    spec = ssh_study(tmp_path, benchmark={"max_tokens": 300, "runs": 2, "warmup": 1})
+    # max_attempts 1: the client does not ride the cut out by retrying a request (it would,
+    # and the trial would simply complete), so the cut trial must end as a failure; the
+    # test checks which kind and what follows
+    spec = ssh_study(tmp_path, benchmark={"max_tokens": 600, "runs": 2, "warmup": 1,
+                                          "max_attempts": 1})
     host = sshd.ssh_host("gpu-test")
     sweep = Sweep(spec, SweepOptions(trials=3), host=host, python=sys.executable)
     sweep.open()
@@ -109,6 +113,15 @@ def test_ssh_cut_mid_trial_retries_and_loses_nothing(sshd, tmp_path: Path) -> No
     assert cut, "the connection was never cut mid-trial"
     assert summary.finished == 3
     study = load(tmp_path)
+    # the trial that was cut: the infrastructure's fault, so FAIL (not PRUNED: the sampler
+    # must not learn that its configuration is infeasible) and queued again, then measured
+    trials = {t.number: t for t in study.get_trials()}
+    victim = trials[cut[0]]
+    assert victim.state == TrialState.FAIL, (victim.state, victim.user_attrs.get("failure"))
+    assert victim.user_attrs["failure"] in ("ssh_lost", "bench_transport", "host_unreachable")
+    retries = [t for t in trials.values() if t.user_attrs.get("retry_of") == victim.number]
+    assert len(retries) == 1 and retries[0].params == victim.params
+    assert retries[0].state == TrialState.COMPLETE
     for t in study.get_trials(states=(TrialState.FAIL,)):
         # an infrastructure fault: retried with the same parameters
         assert t.user_attrs["failure"] in ("ssh_lost", "bench_transport", "host_unreachable")

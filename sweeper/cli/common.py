@@ -56,6 +56,18 @@ StorageOpt = Annotated[str | None, typer.Option(help="Storage URL (default: the 
                                                      "sqlite:///studies/NAME.db).")]
 
 
+ERROR_CHARS = 1000
+
+
+def one_line(text: str, limit: int = ERROR_CHARS) -> str:
+    """An error message as one printable line of at most ``limit`` characters, whatever it
+    quotes (a host's multi-line output, a study value with escape sequences)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    flat = " / ".join(lines)
+    flat = "".join(c if c.isprintable() else repr(c)[1:-1] for c in flat[:limit + 1])
+    return flat if len(flat) <= limit else flat[:limit] + "…"
+
+
 def errors(fn: F) -> F:
     """Map the error types to exit codes and one clear line."""
     @wraps(fn)
@@ -63,10 +75,10 @@ def errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except InputError as exc:
-            err.print(f"error: {exc}", markup=False, soft_wrap=True)
+            err.print(f"error: {one_line(str(exc))}", markup=False, soft_wrap=True)
             raise typer.Exit(2) from None
         except SweeperError as exc:
-            err.print(f"error: {exc}", markup=False, soft_wrap=True)
+            err.print(f"error: {one_line(str(exc))}", markup=False, soft_wrap=True)
             raise typer.Exit(1) from None
     return wrapper  # type: ignore[return-value]
 

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import sys
-from enum import Enum
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from sweeper.cli.common import StorageOpt, StudyOpt, app, err, errors, load, out, simulated_note
+from sweeper.cli.common import (
+    StorageOpt,
+    StudyOpt,
+    app,
+    err,
+    errors,
+    load,
+    one_line,
+    out,
+    simulated_note,
+)
 from sweeper.errors import InputError
 from sweeper.search.sampler import SAMPLERS
 
@@ -16,7 +25,6 @@ if TYPE_CHECKING:
     from sweeper.run.progress import ConsoleReporter
     from sweeper.run.sweep import Sweep
 
-SamplerName = Enum("SamplerName", {name: name for name in SAMPLERS}, type=str)  # type: ignore[misc]
 
 
 def _allow_delete(yes: bool, study: str, storage: str) -> bool:
@@ -40,8 +48,10 @@ def optimize(
     timeout: Annotated[float | None, typer.Option(help="Stop starting trials after this many "
                                                        "seconds.")] = None,
     storage: StorageOpt = None,
-    sampler: Annotated[SamplerName | None, typer.Option(  # type: ignore[valid-type]
-        help="The search algorithm (default: the study's sweep.sampler).")] = None,
+    # a plain string checked by make_sampler: a bad name is one line, not a usage block
+    sampler: Annotated[str | None, typer.Option(
+        help=f"The search algorithm: {' or '.join(SAMPLERS)} (default: the study's "
+             "sweep.sampler).")] = None,
     seed: Annotated[int | None, typer.Option(help="Sampler seed.")] = None,
     keep_best: Annotated[bool, typer.Option("--keep-best", help="Leave the best configuration "
                                                                 "running at the end.")] = False,
@@ -56,18 +66,18 @@ def optimize(
                                                     "asking.")] = False,
 ) -> None:
     """Run the sweep: restart SGLang with each proposed configuration and benchmark it."""
+    spec = load(study)  # first: bad input is refused before the heavy imports
     import optuna
 
     from sweeper.results.headline import Headline
     from sweeper.results.status import print_summary
-    from sweeper.run.confirm import leaders_changed
+    from sweeper.run.confirm import leaders, leaders_changed
     from sweeper.run.progress import ConsoleReporter
     from sweeper.run.sweep import Sweep, SweepAborted, SweepOptions
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # we report trials ourselves
-    spec = load(study)
     opts = SweepOptions(trials=trials, timeout=timeout, storage=storage,
-                        sampler=sampler.value if sampler else None, seed=seed,
+                        sampler=sampler, seed=seed,
                         keep_best=keep_best)
     reporter = ConsoleReporter(out)
     sweep = Sweep(spec, opts, reporter)
@@ -91,11 +101,13 @@ def optimize(
     except SweepAborted as exc:
         reporter.close()
         print_summary(out, sweep.summary, Headline.of(sweep.study, spec.benchmark.objective))
-        err.print(f"error: sweep stopped: {exc}", markup=False, soft_wrap=True)
+        err.print(f"error: sweep stopped: {one_line(str(exc))}", markup=False, soft_wrap=True)
         raise typer.Exit(1) from None
     top = 0 if no_confirm else (spec.sweep.confirm_top if confirm is None else confirm)
     if top > 0 and summary.stopped_because != "interrupted":
-        if leaders_changed(sweep.study, spec.benchmark.objective, top):
+        if not leaders(sweep.study, spec.benchmark.objective, top):
+            out.print("Confirm phase skipped: no speculative configuration was measured.")
+        elif leaders_changed(sweep.study, spec.benchmark.objective, top):
             _confirm(sweep, top, spec.sweep.confirm_runs, reporter)
         else:
             out.print(f"Confirm phase skipped: the top {top} are the configurations the last "

@@ -235,6 +235,7 @@ def run_benchmark(
     on_progress: Callable[[str], None] | None = None,
     check_server: Callable[[], None] | None = None,
     prompts: PromptSet | None = None,
+    api_key: str | None = None,
 ) -> BenchResult:
     """Benchmark the server at ``base_url``: warm-up, measured runs, statistics.
 
@@ -242,6 +243,10 @@ def run_benchmark(
     worker thread); it should raise ``ConfigurationFailure`` when the server process died.
     Raises ``BenchmarkTransportError`` when the server cannot be reached after retries and
     ``BenchmarkError`` when no measured run was usable.
+
+    ``api_key``: the server's ``--api-key``, sent as ``Authorization: Bearer`` on every
+    request (SGLang answers 401 without it). It is a header only: never in a result, a
+    message or a log line.
     """
     prompt_set = prompts or load_prompts(spec.prompts)
     progress = on_progress or (lambda _msg: None)
@@ -254,8 +259,9 @@ def run_benchmark(
         pool=spec.request_timeout,
     )
     limits = httpx.Limits(max_connections=spec.concurrency + 2, max_keepalive_connections=None)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     with (
-        httpx.Client(timeout=timeout, limits=limits) as client,
+        httpx.Client(timeout=timeout, limits=limits, headers=headers) as client,
         ThreadPoolExecutor(max_workers=spec.concurrency, thread_name_prefix="bench") as pool,
     ):
         runner = _Runner(base_url, spec, prompt_set, client, check_server)

@@ -63,7 +63,9 @@ def preflight(
             f"host {host.name}: `{command}` did not finish in {help_timeout:.0f}s"
         ) from exc
     if result.exit_code != 0:
-        detail = (result.stderr.strip() or result.stdout.strip())[-400:]
+        # its last line says why (argparse's "error: ..."), not the usage before it
+        lines = (result.stderr.strip() or result.stdout.strip()).splitlines()
+        detail = lines[-1][-400:] if lines else ""
         raise PreflightError(
             f"host {host.name}: `{command}` failed with exit code {result.exit_code}"
             + (f": {detail}" if detail else "")

@@ -105,7 +105,10 @@ def verdict(study: optuna.Study, objective: str = "mean",
         if winner is not None:
             return Verdict(winner, baseline_result(fresh), True)
     results = config_results(trials)
-    top = ranked(results, objective)
+    # configurations the last confirm phase found lossy (outputs unlike the baseline's)
+    # never win, here either (run/confirm.py decides which)
+    lossy = set((confirmed or {}).get("lossless_mismatches") or {})
+    top = [r for r in ranked(results, objective) if r.config_id not in lossy]
     return Verdict(top[0] if top else None, baseline_result(results), False)
 
 

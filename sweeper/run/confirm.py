@@ -5,7 +5,9 @@ A sweep picks its leader on measurements that were selected *because* they were 
 top the table. The confirm phase measures the top K configurations and the baseline
 again, in rounds (A B C, then C A B, ...) so that drift over time hits all of them
 alike, and decides on the fresh runs alone. The outputs at temperature 0 are compared
-with the baseline's on the same prompts: speculative decoding must be lossless.
+with the baseline's on the same prompts: speculative decoding must be lossless, so a
+configuration whose outputs differ (a broken draft or verify kernel) cannot win, however
+fast it is; when none is lossless, the baseline wins. The table says so.
 """
 
 from __future__ import annotations
@@ -115,11 +117,6 @@ def run_confirm(sweep: Sweep, top: int, runs: int, rounds: int = 2) -> ConfirmOu
     sweep.stop_server()
     base = next((c for c in cands if c.result.is_baseline), None)
     contenders = [c for c in cands if not c.result.is_baseline]
-    winner = max(contenders, key=lambda c: c.stats.mean)
-    if base is not None and base.stats.mean > winner.stats.mean:
-        winner = base  # nothing beat "no speculation": export that, honestly
-    speedups = {c.result.config_id: (speedup(c.runs, base.runs) if base and c is not base
-                                     else None) for c in cands}
     mismatches: dict[str, list[int]] = {}
     if base is not None:
         keys = sorted(base.texts)
@@ -127,6 +124,15 @@ def run_confirm(sweep: Sweep, top: int, runs: int, rounds: int = 2) -> ConfirmOu
             common = [k for k in keys if k in c.texts]
             diff = compare_outputs([base.texts[k] for k in common], [c.texts[k] for k in common])
             mismatches[c.result.config_id] = [common[i] for i in diff]
+    # Lossy configurations cannot win: a fast server that changes the answers is broken.
+    lossless = [c for c in contenders if not mismatches.get(c.result.config_id)]
+    winner = max(lossless, key=lambda c: c.stats.mean) if lossless else base
+    if base is not None and (winner is None or base.stats.mean > winner.stats.mean):
+        winner = base  # nothing lossless beat "no speculation": export that, honestly
+    if winner is None:  # no baseline to compare with: nothing could be checked
+        winner = max(contenders, key=lambda c: c.stats.mean)
+    speedups = {c.result.config_id: (speedup(c.runs, base.runs) if base and c is not base
+                                     else None) for c in cands}
     # The verdict's state stays small (the dashboard lists study attributes); the whole
     # phase, every run included, is a study artifact (confirm.json) beside it.
     study.set_user_attr(A.CONFIRMED, {
@@ -183,7 +189,7 @@ def print_confirm(console: Any, outcome: ConfirmOutcome) -> None:
     for c in sorted(outcome.candidates, key=lambda c: c.stats.mean, reverse=True):
         mism = outcome.lossless_mismatches.get(c.result.config_id)
         lossless = "-" if c.result.is_baseline else (
-            "same outputs" if not mism else f"[red]differs on prompts {mism}[/]")
+            "same outputs" if not mism else f"[red]differs on prompts {mism}: cannot win[/]")
         mark = " ◀ winner" if c is outcome.winner else ""
         table.add_row(R.short_params(c.result.effective) + mark, str(c.stats.n),
                       R.fmt_tok_s(c.stats), R.fmt_ratio(outcome.speedups.get(c.result.config_id)),
@@ -200,4 +206,5 @@ def print_confirm(console: Any, outcome: ConfirmOutcome) -> None:
                           "the noise, a tie; more confirm runs would separate them.[/]")
     if any(outcome.lossless_mismatches.values()):
         console.print("[red]warning: some configurations changed temperature-0 outputs; "
-                      "speculative decoding should be lossless — check the draft model[/]")
+                      "speculative decoding should be lossless — check the draft model. "
+                      "They are left out of the winner.[/]")

@@ -299,6 +299,13 @@ class Sweep:
             self.summary.pruned[fail.kind] += 1
             self._last_failure = f"trial {trial.number}: {fail}"
             self._line(f"{label}[red]{fail.kind}[/]: {fail}")
+            if role == A.BASELINE and fail.kind == "invalid_args":
+                # the baseline is the study's fixed settings alone: a server that rejects
+                # them rejects every configuration, so stop now rather than after N restarts
+                raise SweepAborted(
+                    f"the server rejects the study's fixed settings (the baseline, trial "
+                    f"{trial.number}): {self._secrets.scrub(str(fail))}; fix server.launcher "
+                    "or server.args") from fail
             return "pruned"
         except InfrastructureError as err:
             self.runner.stop(best_effort=True)

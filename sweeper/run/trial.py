@@ -67,7 +67,8 @@ class TrialRunner:
                 result = run_benchmark(
                     base_url, bench,
                     on_progress=lambda msg: self.report.phase(f"{label}{msg}"),
-                    check_server=lambda: self.manager.check_alive(handle))
+                    check_server=lambda: self.manager.check_alive(handle),
+                    api_key=config.api_key)
             except BenchmarkError as exc:
                 raise ConfigurationFailure("crash", f"benchmark unusable: {exc}",
                                            self.manager.log_tail(handle)) from exc

@@ -31,8 +31,10 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from sweeper.errors import InputError
+from sweeper.launch import is_secret, is_secret_flag
 from sweeper.remote.target import parse_target
-from sweeper.study.base import ENV_PREFIX, RESERVED_FLAGS, fail, suggest
+from sweeper.study.base import ENV_PREFIX, RESERVED_FLAGS, fail, shorten, show, suggest
+from sweeper.study.limits import MAX_COMMAND, parse_yaml, read_study_text
 from sweeper.study.params import env_value, parse_param
 from sweeper.study.rules import ParamSpec, check_config, check_rules
 from sweeper.study.sections import (
@@ -48,6 +50,10 @@ from sweeper.study.spec import StudySpec
 _FLAG_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# A launcher word a shell would read as syntax: the launcher is run as argv, never by a
+# shell, so `...; touch X` would only hand SGLang the words ';', 'touch', 'X'.
+_SHELL_WORD = re.compile(r"[;`]|&&|\|\||\$\(|^\d*[<>|&]")
+_PASSWORD = re.compile(r"(://[^/@:]*:)[^/@]*@")
 _STORAGE_SCHEMES = ("sqlite:///", "postgresql://", "postgresql+", "mysql://", "mysql+",
                     "journal://")
 
@@ -78,16 +84,17 @@ def _pydantic_error(path: Path, exc: ValidationError) -> NoReturn:
     kind, msg, given = err["type"], err["msg"], err.get("input")
     key = _loc(loc)
     if kind == "extra_forbidden":
-        fail(path, key, f"unknown key {loc[-1]!r}", suggest(str(loc[-1]), _section_keys(loc)))
+        fail(path, key, f"unknown key {show(loc[-1])}",
+             suggest(str(loc[-1]), _section_keys(loc)))
     if kind == "missing":
         fail(path, key, "missing", "add it")
     if kind == "value_error":  # parse_duration's own message
         fail(path, key, msg.removeprefix("Value error, "), "fix the value")
     if kind == "literal_error":
-        fail(path, key, f"{given!r} is not allowed", msg.lower())
+        fail(path, key, f"{show(given, key)} is not allowed", msg.lower())
     if kind == "too_short" and loc == ["hosts"]:
         fail(path, key, "no hosts", "add at least one, e.g. `- ssh: local`")
-    what = f"{msg[0].lower()}{msg[1:]}, got {given!r}"
+    what = f"{msg[0].lower()}{msg[1:]}, got {show(given, key)}"
     if isinstance(given, str) and kind.startswith(("int_", "float_", "bool_")):
         what += " (a string)"
     fail(path, key, what, _TYPE_HINTS.get(kind.split("_")[0], "fix the value"))
@@ -130,24 +137,23 @@ def resolve_study_path(name_or_path: str, root: Path = Path("studies")) -> Path:
     close = difflib.get_close_matches(name_or_path, found, n=1)
     if close:
         hint = f"did you mean {close[0]!r}? " + hint
-    fail(root / f"{name_or_path}.yaml", "", f"unknown study {name_or_path!r}", hint)
+    fail(root / f"{name_or_path}.yaml", "", f"unknown study {show(name_or_path)}", hint)
 
 
 def load_study(name_or_path: str, root: Path = Path("studies")) -> StudySpec:
     """Load and validate a study: ``eagle3-kimi`` finds studies/eagle3-kimi.yaml."""
     path = resolve_study_path(name_or_path, root)
+    text = read_study_text(path)  # refused before reading when too large
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        fail(path, "", f"cannot read it ({exc.__class__.__name__}: {exc})",
-              "check the file's permissions and encoding")
-    try:
-        data = yaml.safe_load(text)
+        data = parse_yaml(text, path)  # within limits: no bomb is ever expanded
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        fail(path, "", f"malformed YAML at {where}{problem}",
+        context = getattr(exc, "context", None)
+        if context and "duplicate anchor" in context:  # the problem is "second occurrence"
+            problem = f"{context.split(';')[0]} (its second occurrence)"
+        fail(path, "", f"malformed YAML at {where}{shorten(problem)}",
               "fix the YAML syntax (indentation, colons, quotes)")
     return parse_study(data, path)
 
@@ -180,32 +186,73 @@ def _default_storage(path: Path, name: str) -> str:
     return f"sqlite:///{db}"
 
 
+def _no_password(url: str) -> str:
+    return _PASSWORD.sub(r"\1***@", url)
+
+
+def _check_program(path: Path, key: str, text: str) -> None:
+    """A launcher or python: argv words, never shell syntax."""
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        fail(path, key, f"cannot split it into words ({exc})", "fix the quotes")
+    for word in words:
+        if _SHELL_WORD.search(word):
+            fail(path, key, f"{show(word)} is shell syntax, but the server is started as a "
+                 "program with arguments, never by a shell",
+                 "remove it (put shell commands in a script and launch that)")
+
+
+def _command_chars(path: Path, hosts: list[HostSpec], server: ServerSpec,
+                   space: dict[str, ParamSpec]) -> None:
+    """Refuse a study whose longest server command line would exceed MAX_COMMAND,
+    naming the value that contributes most."""
+    python = max((len(h.python or "") for h in hosts), default=0)
+    parts = [("server.launcher", len(server.launcher) + python * server.launcher.count("{python}"))]
+    for flag, value in server.args.items():
+        values = value if isinstance(value, list) else [value]
+        parts.append((f"server.args.{flag}", len(flag) + 3 + sum(len(str(v)) + 1
+                                                                 for v in values)))
+    parts += [(f"server.env.{k}", len(k) + len(v) + 2) for k, v in server.env.items()]
+    for name, p in space.items():
+        widest = max((len(str(c)) for c in p.choices), default=0) if p.choices else 32
+        parts.append((f"space.{name}", len(name) + 3 + widest))
+    total = sum(n for _, n in parts)
+    if total > MAX_COMMAND:
+        key, n = max(parts, key=lambda kv: kv[1])
+        fail(path, key, f"the server's command line would be {total:,} characters, more than "
+             f"the {MAX_COMMAND:,} a command may have (Linux passes at most 128 KiB in one "
+             f"argument; over SSH the whole command is one); this value adds {n:,}",
+             "shorten it")
+
+
 def _check_storage(path: Path, url: str) -> str:
     if not url.startswith(_STORAGE_SCHEMES):
-        fail(path, "storage", f"unsupported storage URL {url!r}",
+        fail(path, "storage", f"unsupported storage URL {show(_no_password(url))}",
               "use sqlite:///path.db, postgresql://user@host/db, mysql://... or "
               "journal:///path/file.log")
     if url.startswith(("postgresql+", "mysql+")) and "://" not in url:
-        fail(path, "storage", f"malformed storage URL {url!r}",
+        fail(path, "storage", f"malformed storage URL {show(_no_password(url))}",
               "write it like postgresql+psycopg2://user@host/db")
     rest = url.split("://", 1)[1]
     if url.startswith("sqlite:///") and not url[len("sqlite:///"):]:
         fail(path, "storage", "the sqlite URL names no file", "write sqlite:///studies/NAME.db")
     if not rest.strip("/"):
-        fail(path, "storage", f"the storage URL {url!r} names no database or file",
+        fail(path, "storage", f"the storage URL {show(_no_password(url))} names no database "
+             "or file",
               "complete it")
     return url
 
 
 def _check_flag_name(path: Path, key: str, name: str) -> None:
     if name.startswith("-"):
-        fail(path, key, f"flag {name!r} starts with a dash",
+        fail(path, key, f"flag {show(name)} starts with a dash",
               f"write SGLang's flag name without dashes: {name.lstrip('-')}")
     if "_" in name:
-        fail(path, key, f"flag {name!r} uses underscores",
+        fail(path, key, f"flag {show(name)} uses underscores",
               f"use SGLang's dashed name {name.replace('_', '-')}")
     if not _FLAG_RE.match(name):
-        fail(path, key, f"{name!r} is not an SGLang flag name",
+        fail(path, key, f"{show(name)} is not an SGLang flag name",
               "use SGLang's lowercase dashed flag names, e.g. tp-size")
     if name in RESERVED_FLAGS:
         fail(path, key, f"the {name} flag is set by the sweeper",
@@ -214,7 +261,7 @@ def _check_flag_name(path: Path, key: str, name: str) -> None:
 
 def _check_env_name(path: Path, key: str, name: str) -> None:
     if not _ENV_RE.match(name):
-        fail(path, key, f"{name!r} is not a valid environment variable name",
+        fail(path, key, f"{show(name)} is not a valid environment variable name",
               "use letters, digits and underscores, not starting with a digit")
 
 
@@ -227,11 +274,12 @@ def _check_arg_value(path: Path, key: str, value: Any) -> None:
     if isinstance(value, list):
         for i, v in enumerate(value):
             if isinstance(v, dict | list) or v is None:
-                fail(path, f"{key}[{i}]", f"expected a scalar, got {v!r}",
+                fail(path, f"{key}[{i}]", f"expected a scalar, got {show(v, key)}",
                       "a list flag holds strings or numbers")
         return
     if not isinstance(value, str | int | float | bool):
-        fail(path, key, f"unsupported value {value!r}", "give a string, number or boolean")
+        fail(path, key, f"unsupported value {show(value, key)}",
+             "give a string, number or boolean")
 
 
 
@@ -239,7 +287,7 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
     name = raw.name if raw.name is not None else path.stem
     if not _NAME_RE.match(name):
         origin = "" if raw.name is not None else " (taken from the file name)"
-        fail(path, "name", f"{name!r} is not a usable study name{origin}",
+        fail(path, "name", f"{show(name)} is not a usable study name{origin}",
               "use letters, digits, '.', '_' and '-'")
     storage = _check_storage(path, raw.storage) if raw.storage is not None \
         else _default_storage(path, name)
@@ -255,14 +303,15 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
                 fail(path, key, str(exc).removeprefix("ssh target "),
                      "write local, an ~/.ssh/config alias, or user@host[:port]")
         if h.ssh in seen_hosts:
-            fail(path, key, f"host {h.ssh!r} is listed twice", "list each host once")
+            fail(path, key, f"host {show(h.ssh)} is listed twice", "list each host once")
         seen_hosts.add(h.ssh)
         python = h.python if h.python is not None else (
             sys.executable if h.is_local else "python3")
         if not python.strip():
             fail(path, f"hosts[{i}].python", "empty", "give the python that runs SGLang")
+        _check_program(path, f"hosts[{i}].python", python)
         if h.url is not None and not re.match(r"^https?://[^\s/]+", h.url):
-            fail(path, f"hosts[{i}].url", f"{h.url!r} is not an http(s) URL",
+            fail(path, f"hosts[{i}].url", f"{show(h.url)} is not an http(s) URL",
                   "write e.g. http://gpu-node-1:8000 or remove it")
         hosts.append(h.model_copy(update={"workdir": h.workdir or f"~/.sweeper/{name}",
                                           "python": python}))
@@ -271,10 +320,7 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
     if not server.launcher.strip():
         fail(path, "server.launcher", "empty launcher",
               "write e.g. \"{python} -m sglang.launch_server\"")
-    try:
-        shlex.split(server.launcher)
-    except ValueError as exc:
-        fail(path, "server.launcher", f"cannot split it into words ({exc})", "fix the quotes")
+    _check_program(path, "server.launcher", server.launcher)
     if not server.host.strip():
         fail(path, "server.host", "empty bind address", "use 127.0.0.1 or 0.0.0.0")
     for flag, value in server.args.items():
@@ -289,6 +335,11 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
     space: dict[str, ParamSpec] = {}
     for pname, praw in raw.space.items():
         key = f"space.{pname}"
+        secret = is_secret(pname[len(ENV_PREFIX):]) if pname.startswith(ENV_PREFIX) \
+            else is_secret_flag(pname)
+        if secret:
+            fail(path, key, "a secret cannot be searched: the study's storage keeps every "
+                 "searched value in clear", "set it once in server.env or server.args")
         if pname.startswith(ENV_PREFIX):
             var = pname[len(ENV_PREFIX):]
             _check_env_name(path, key, var)
@@ -305,6 +356,7 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
         fail(path, "space", "the search space is empty",
               "add at least one parameter, e.g. speculative-num-steps: {int: [1, 6]}")
 
+    _command_chars(path, hosts, server, space)
     rules = check_rules(path, space, server.args)
     spec = StudySpec(name=name, path=path, storage=storage, hosts=hosts, server=server,
                      baseline=raw.baseline, space=space, start_from=[],

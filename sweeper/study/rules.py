@@ -21,6 +21,7 @@ from sweeper.study.base import (
     coerce_float,
     fail,
     render_value,
+    show,
     suggest,
 )
 
@@ -121,7 +122,7 @@ def _spec_number(path: Path, name: str, space: dict[str, ParamSpec],
         p = space[name]
         for v in ([p.low, p.high] if p.kind != "choices" else list(p.choices)):
             if p.kind == "float" or isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                fail(path, f"space.{name}", f"{name} takes positive integers, got {v!r}",
+                fail(path, f"space.{name}", f"{name} takes positive integers, got {show(v)}",
                       "use {int: [lo, hi]} or integer choices >= 1")
         if p.kind == "int" and len(range(int(p.low), int(p.high) + 1, p.step or 1)) > 256:
             # every (topk, steps) pair becomes a branch: keep that enumerable
@@ -131,7 +132,7 @@ def _spec_number(path: Path, name: str, space: dict[str, ParamSpec],
     if name in args:
         v = args[name]
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            fail(path, f"server.args.{name}", f"expected a positive integer, got {v!r}",
+            fail(path, f"server.args.{name}", f"expected a positive integer, got {show(v)}",
                   "fix the value")
         return v
     return None
@@ -198,15 +199,16 @@ def check_config(spec: StudySpec, params: dict[str, Any], key: str) -> dict[str,
             pass  # steps + 1 for topk 1, else the space within SGLang's cap: checked below
         elif pname in space:
             if not space[pname].contains(value):
-                fail(path, pkey, f"{value!r} is outside the space "
+                fail(path, pkey, f"{show(value, pkey)} is outside the space "
                       f"({space[pname].describe()})", "pick a value inside the space")
         elif pname in known:
             fixed = spec.fixed(pname)
             if render_value(value) != render_value(fixed):
-                fail(path, pkey, f"{pname} is fixed to {fixed!r}, not {value!r}",
+                fail(path, pkey, f"{pname} is fixed to {show(fixed, pkey)}, "
+                     f"not {show(value, pkey)}",
                       "drop it from the entry or search it in space")
         else:
-            fail(path, pkey, f"{pname!r} is neither searched nor fixed",
+            fail(path, pkey, f"{show(pname)} is neither searched nor fixed",
                   suggest(str(pname), known) if known else "remove it")
     out = dict(params)
     searched_triple = [n for n in TRIPLE if n in space]
@@ -230,7 +232,7 @@ def check_config(spec: StudySpec, params: dict[str, Any], key: str) -> dict[str,
         derived = steps + 1
         if DRAFT in params and params[DRAFT] != derived:
             fail(path, f"{key}.{DRAFT}", f"with topk 1 SGLang sets draft tokens to "
-                  f"steps + 1 = {derived}, not {params[DRAFT]!r}",
+                  f"steps + 1 = {derived}, not {show(params[DRAFT])}",
                   f"write {derived} or leave it out")
         out[DRAFT] = derived
         return out
@@ -243,7 +245,7 @@ def check_config(spec: StudySpec, params: dict[str, Any], key: str) -> dict[str,
                f"{_span(allowed)} (2 <= d <= steps*topk+1 = {steps * topk + 1})"
                if allowed else f"topk={topk}, steps={steps} admit no draft-token value")
         fail(path, f"{key}.{DRAFT}" if DRAFT in params else key,
-              f"{draft!r} breaks SGLang's rule: {why}", "pick a valid combination")
+              f"{show(draft)} breaks SGLang's rule: {why}", "pick a valid combination")
     return out
 
 
