@@ -22,11 +22,12 @@ from sweeper.study.base import (
     render_value,
 )
 from sweeper.study.load import available_studies, load_study, parse_study, resolve_study_path
+from sweeper.study.objective import Objective
 from sweeper.study.rules import ParamSpec, SpeculativeRules
 from sweeper.study.sections import OBJECTIVES, BenchSpec, HostSpec, ServerSpec, SweepSpec
 from sweeper.study.spec import StudySpec, placeholder_message
 
-__all__ = ["ALGORITHM", "DRAFT", "ENV_PREFIX", "OBJECTIVES", "RESERVED_FLAGS",
+__all__ = ["ALGORITHM", "DRAFT", "ENV_PREFIX", "OBJECTIVES", "Objective", "RESERVED_FLAGS",
            "SPECULATIVE_PREFIX", "STEPS", "TOPK", "TRIPLE", "UNSET", "BenchSpec", "HostSpec",
            "ParamSpec", "Scalar", "ServerSpec", "SpeculativeRules", "StudySpec", "SweepSpec",
            "available_studies", "load_study", "parse_duration", "parse_study",

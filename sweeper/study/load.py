@@ -35,6 +35,7 @@ from sweeper.launch import is_secret, is_secret_flag
 from sweeper.remote.target import parse_target
 from sweeper.study.base import ENV_PREFIX, RESERVED_FLAGS, fail, shorten, show, suggest
 from sweeper.study.limits import MAX_COMMAND, parse_yaml, read_study_text
+from sweeper.study.objective import parse_levels, parse_objective
 from sweeper.study.params import env_value, parse_param
 from sweeper.study.rules import ParamSpec, check_config, check_rules
 from sweeper.study.sections import (
@@ -358,9 +359,12 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
 
     _command_chars(path, hosts, server, space)
     rules = check_rules(path, space, server.args)
+    levels = parse_levels(path, raw.benchmark.concurrency)
+    objective = parse_objective(path, raw.objective, levels)
     spec = StudySpec(name=name, path=path, storage=storage, hosts=hosts, server=server,
                      baseline=raw.baseline, space=space, start_from=[],
-                     benchmark=raw.benchmark, sweep=raw.sweep, rules=rules)
+                     benchmark=raw.benchmark, sweep=raw.sweep, rules=rules,
+                     objective=objective)
     start_from = [check_config(spec, entry, f"start_from[{i}]")
                   for i, entry in enumerate(raw.start_from)]
     return StudySpec(**{**spec.__dict__, "start_from": start_from})

@@ -88,7 +88,8 @@ class BenchSpec(_Model):
     max_tokens: int = Field(500, ge=1)
     runs: int = Field(5, ge=1)
     warmup: int = Field(1, ge=0)
-    concurrency: int = Field(1, ge=1)
+    # one level, or several measured on the same server start (study/objective.py)
+    concurrency: int | list[int] = 1
     prompts: str = "builtin"  # or a path to a .jsonl file
     request_timeout: Duration = 600.0  # total deadline per request, enforced by the client
     objective: Literal["mean", "median", "min"] = "mean"  # of per-run tok/s
@@ -121,6 +122,15 @@ class BenchSpec(_Model):
                     problems.append(f"{name}: {err['msg'].lower()}")
             raise InputError("benchmark: " + "; ".join(problems)) from None
 
+    @property
+    def levels(self) -> tuple[int, ...]:
+        c = self.concurrency
+        return tuple(c) if isinstance(c, list) else (c,)
+
+    def at_level(self, level: int) -> BenchSpec:
+        """This benchmark at one concurrency level (what the client runs)."""
+        return self.model_copy(update={"concurrency": level})
+
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump()
 
@@ -146,6 +156,7 @@ class StudyFile(_Model):
     space: dict[str, Any] = Field(default_factory=dict)
     start_from: list[dict[str, Any]] = Field(default_factory=list)
     benchmark: BenchSpec = Field(default_factory=BenchSpec)
+    objective: Any = None  # checked by hand (study/objective.py): exact key paths
     sweep: SweepSpec = Field(default_factory=SweepSpec)
 
 

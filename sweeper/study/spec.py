@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.study.base import ENV_PREFIX
+from sweeper.study.objective import Objective
 from sweeper.study.rules import ParamSpec, SpeculativeRules, check_config
 from sweeper.study.sections import BenchSpec, HostSpec, ServerSpec, SweepSpec
 
@@ -27,6 +28,7 @@ class StudySpec:
     benchmark: BenchSpec
     sweep: SweepSpec
     rules: SpeculativeRules = field(repr=False, default=SpeculativeRules(None, None, None))
+    objective: Objective = field(default=Objective("at", (1,), at=1))
 
     def fixed(self, name: str) -> Any:
         """A parameter's fixed value: server.args for flags, server.env for env.X."""
