@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint sshd chromium clean
+.PHONY: demo test lint sshd chromium postgres clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -30,7 +30,24 @@ chromium:
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
-test: $(STAMP) sshd chromium
+# The storage tests use the PostgreSQL on 127.0.0.1:5432 when it answers; otherwise they
+# install Debian's postgresql, start its cluster and let local TCP connections in.
+postgres:
+	@pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null || { \
+	  echo "starting PostgreSQL (for the storage tests)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  test -d /etc/postgresql || { $$SUDO apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null; }; \
+	  v=$$(ls /etc/postgresql | sort -V | tail -1); \
+	  grep -q "sweeper tests" /etc/postgresql/$$v/main/pg_hba.conf || \
+	    printf '# sweeper tests: local TCP without a password\nhost all all 127.0.0.1/32 trust\n' | \
+	    $$SUDO sh -c "cat - /etc/postgresql/$$v/main/pg_hba.conf > /tmp/pg_hba.new && \
+	      mv /tmp/pg_hba.new /etc/postgresql/$$v/main/pg_hba.conf"; \
+	  $$SUDO pg_ctlcluster --skip-systemctl-redirect $$v main start || \
+	    $$SUDO pg_ctlcluster --skip-systemctl-redirect $$v main reload; \
+	  for i in $$(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done; }
+
+test: $(STAMP) sshd chromium postgres
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)

@@ -20,6 +20,7 @@ from sweeper.cli.common import (
 )
 from sweeper.errors import InputError
 from sweeper.search.sampler import SAMPLERS
+from sweeper.study.base import public_url
 
 if TYPE_CHECKING:
     from sweeper.run.progress import ConsoleReporter
@@ -81,14 +82,16 @@ def optimize(
                         keep_best=keep_best)
     reporter = ConsoleReporter(out)
     sweep = Sweep(spec, opts, reporter)
-    sweep.open(fresh=fresh, allow_delete=_allow_delete(yes, spec.name, sweep.storage_url))
+    sweep.open(fresh=fresh,
+               allow_delete=_allow_delete(yes, spec.name, public_url(sweep.storage_url)))
     if sweep.summary.simulated:
         out.print(simulated_note())
     if len(spec.hosts) > 1:
         err.print(f"warning: {spec.path}: hosts: this version drives one host per sweep; "
                   f"using {spec.hosts[0].ssh}, not {', '.join(h.ssh for h in spec.hosts[1:])}",
                   markup=False, soft_wrap=True)
-    out.print(f"Study {spec.name!r} in {sweep.storage_url}, server on {sweep.host.name}. "
+    out.print(f"Study {spec.name!r} in {public_url(sweep.storage_url)}, server on "
+              f"{sweep.host.name}. "
               "Ctrl-C stops cleanly; the same command resumes.")
     try:
         summary = sweep.run()

@@ -21,6 +21,7 @@ from sweeper.results import attrs as A
 from sweeper.results.headline import SIM_NOTE, Headline
 from sweeper.results.storage import load_existing
 from sweeper.results.table import trials_frame
+from sweeper.study.base import public_url
 
 if TYPE_CHECKING:
     from sweeper.run.sweep import SweepSummary
@@ -118,7 +119,7 @@ def print_status(console: Console, spec: StudySpec, storage_url: str,
                               (TrialState.FAIL, "failed"), (TrialState.RUNNING, "running"),
                               (TrialState.WAITING, "queued"))}
     console.print(", ".join(f"{v} {k}" for k, v in counts.items() if v)
-                  + f"; storage {storage_url}", soft_wrap=False, overflow="fold")
+                  + f"; storage {public_url(storage_url)}", soft_wrap=False, overflow="fold")
     started = min((t.datetime_start for t in trials if t.datetime_start), default=None)
     if started:
         console.print(f"[dim]first trial started {started:%Y-%m-%d %H:%M}; "

@@ -14,6 +14,7 @@ from optuna.distributions import FloatDistribution, IntDistribution, distributio
 
 from sweeper.errors import InputError
 from sweeper.results import attrs as A
+from sweeper.study.base import public_url
 
 
 def open_storage(url: str) -> optuna.storages.BaseStorage:
@@ -32,15 +33,25 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
         if url.startswith("sqlite:///"):
             db = Path(url[len("sqlite:///"):])
             if not db.parent.exists():
-                raise InputError(f"storage {url}: directory {db.parent} does not exist; "
-                                 "create it or pass another --storage")
+                raise InputError(f"storage {public_url(url)}: directory {db.parent} does not "
+                                 "exist; create it or pass another --storage")
         return _rdb_storage(url)
     except InputError:
         raise
     except Exception as exc:  # SQLAlchemy raises many types for a bad URL or server
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(f"storage {url}: cannot open it ({first}); check --storage or the "
+        shown = public_url(url)
+        first = first.replace(url, shown)
+        raise InputError(f"storage {shown}: cannot open it ({first}); check --storage or the "
                          "study's storage key") from exc
+
+
+def _sqlalchemy_url(url: str) -> str:
+    """``postgresql://`` names psycopg 3 (the driver sweeper installs); SQLAlchemy's
+    default for that scheme is psycopg2, which is not installed."""
+    if url.startswith("postgresql://"):
+        return "postgresql+psycopg://" + url[len("postgresql://"):]
+    return url
 
 
 def _rdb_storage(url: str) -> optuna.storages.RDBStorage:
@@ -54,7 +65,8 @@ def _rdb_storage(url: str) -> optuna.storages.RDBStorage:
                             retry=retry_if_exception_type((sqlalchemy.exc.IntegrityError,
                                                            sqlalchemy.exc.OperationalError))):
         with attempt:
-            return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
+            return optuna.storages.RDBStorage(_sqlalchemy_url(url),
+                                              engine_kwargs=_engine_kwargs(url))
     raise AssertionError("unreachable")
 
 
@@ -71,7 +83,8 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
         # A dashboard or `sweeper status` may read while the sweep writes: wait for the
         # lock instead of failing with "database is locked".
         return {"connect_args": {"timeout": 30}}
-    return {}
+    # a server that restarted or dropped an idle connection between two trials
+    return {"pool_pre_ping": True}
 
 
 def artifact_dir(url: str, study_name: str) -> Path:
@@ -126,8 +139,8 @@ def check_space(study: optuna.Study, signature: str, study_file: str, storage_ur
         changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
         raise InputError(
             f"{study_file}: space: differs from the study {study.study_name!r} already in "
-            f"{storage_url} (changed: {', '.join(changed)}); use a new study name, another "
-            "--storage, or restore the old space")
+            f"{public_url(storage_url)} (changed: {', '.join(changed)}); use a new study name, "
+            "another --storage, or restore the old space")
 
 
 def delete_study(url: str, name: str) -> None:
@@ -145,6 +158,6 @@ def load_existing(url: str, name: str, study_file: str) -> optuna.Study:
     InputError when the sweep never ran. A storage file that does not exist is not created."""
     study = existing_study(open_storage(url), name) if storage_exists(url) else None
     if study is None:
-        raise InputError(f"{study_file}: no study {name!r} in {url} yet; run "
+        raise InputError(f"{study_file}: no study {name!r} in {public_url(url)} yet; run "
                          f"`sweeper optimize --study {name}` first")
     return study

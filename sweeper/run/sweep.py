@@ -52,6 +52,7 @@ from sweeper.search.failures import FailureMemory
 from sweeper.search.sampler import make_sampler
 from sweeper.search.space import SearchSpace
 from sweeper.study import StudySpec, placeholder_message
+from sweeper.study.base import public_url
 
 SKIP_LIMIT_FACTOR = 10
 
@@ -172,7 +173,7 @@ class Sweep:
             check_space(study, signature, str(self.spec.path), self.storage_url)
         elif require_existing:
             raise InputError(f"{self.spec.path}: no study {self.spec.name!r} in "
-                             f"{self.storage_url} yet; run `sweeper optimize` first")
+                             f"{public_url(self.storage_url)} yet; run `sweeper optimize` first")
         if not require_existing:
             try:
                 self.preflight = preflight(
@@ -185,8 +186,8 @@ class Sweep:
             n = len(study.get_trials(deepcopy=False))
             if n and (allow_delete is None or not allow_delete(n)):
                 raise InputError(f"--fresh: not deleting the {n} trials of study "
-                                 f"{self.spec.name!r} in {self.storage_url}; add --yes to "
-                                 "delete them, or drop --fresh to add to them")
+                                 f"{self.spec.name!r} in {public_url(self.storage_url)}; add "
+                                 "--yes to delete them, or drop --fresh to add to them")
             delete_study(self.storage_url, self.spec.name)
             self.report.line(f"--fresh: deleted the {n} earlier trials of {self.spec.name!r}")
             storage = None

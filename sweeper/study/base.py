@@ -58,6 +58,14 @@ def shorten(text: str, limit: int = 120) -> str:
     return out if len(text) <= limit and len(out) <= limit else out[:limit] + "…"
 
 
+_URL_PASSWORD = re.compile(r"(://[^/@:]*:)[^/@]*@")
+
+
+def public_url(url: str) -> str:
+    """A storage URL fit to show: its password, if any, replaced by ``***``."""
+    return _URL_PASSWORD.sub(r"\1***@", url)
+
+
 def fail(path: Path | str, key: str, what: str, todo: str) -> NoReturn:
     """Raise the one-line StudyError: file, key, what is wrong, what to do. The line is
     kept short and printable whatever the file holds (a key may be 16 KiB of escapes)."""

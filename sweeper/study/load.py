@@ -33,7 +33,7 @@ from pydantic import BaseModel, ValidationError
 from sweeper.errors import InputError
 from sweeper.launch import is_secret, is_secret_flag
 from sweeper.remote.target import parse_target
-from sweeper.study.base import ENV_PREFIX, RESERVED_FLAGS, fail, shorten, show, suggest
+from sweeper.study.base import ENV_PREFIX, RESERVED_FLAGS, fail, public_url, shorten, show, suggest
 from sweeper.study.limits import MAX_COMMAND, parse_yaml, read_study_text
 from sweeper.study.objective import parse_levels, parse_objective
 from sweeper.study.params import env_value, parse_param
@@ -54,7 +54,6 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 # A launcher word a shell would read as syntax: the launcher is run as argv, never by a
 # shell, so `...; touch X` would only hand SGLang the words ';', 'touch', 'X'.
 _SHELL_WORD = re.compile(r"[;`]|&&|\|\||\$\(|^\d*[<>|&]")
-_PASSWORD = re.compile(r"(://[^/@:]*:)[^/@]*@")
 _STORAGE_SCHEMES = ("sqlite:///", "postgresql://", "postgresql+", "mysql://", "mysql+",
                     "journal://")
 
@@ -187,10 +186,6 @@ def _default_storage(path: Path, name: str) -> str:
     return f"sqlite:///{db}"
 
 
-def _no_password(url: str) -> str:
-    return _PASSWORD.sub(r"\1***@", url)
-
-
 def _check_program(path: Path, key: str, text: str) -> None:
     """A launcher or python: argv words, never shell syntax."""
     try:
@@ -229,17 +224,17 @@ def _command_chars(path: Path, hosts: list[HostSpec], server: ServerSpec,
 
 def _check_storage(path: Path, url: str) -> str:
     if not url.startswith(_STORAGE_SCHEMES):
-        fail(path, "storage", f"unsupported storage URL {show(_no_password(url))}",
+        fail(path, "storage", f"unsupported storage URL {show(public_url(url))}",
               "use sqlite:///path.db, postgresql://user@host/db, mysql://... or "
               "journal:///path/file.log")
     if url.startswith(("postgresql+", "mysql+")) and "://" not in url:
-        fail(path, "storage", f"malformed storage URL {show(_no_password(url))}",
+        fail(path, "storage", f"malformed storage URL {show(public_url(url))}",
               "write it like postgresql+psycopg2://user@host/db")
     rest = url.split("://", 1)[1]
     if url.startswith("sqlite:///") and not url[len("sqlite:///"):]:
         fail(path, "storage", "the sqlite URL names no file", "write sqlite:///studies/NAME.db")
     if not rest.strip("/"):
-        fail(path, "storage", f"the storage URL {show(_no_password(url))} names no database "
+        fail(path, "storage", f"the storage URL {show(public_url(url))} names no database "
              "or file",
               "complete it")
     return url
