@@ -33,6 +33,7 @@ from sweeper.launch import LaunchConfig
 from sweeper.remote import Host, LocalHost
 from sweeper.remote.preflight import preflight
 from sweeper.remote.server import ServerHandle
+from sweeper.remote.workdir import remove_run_dir, run_dir
 from sweeper.results import attrs as A
 from sweeper.results.headline import Headline, mark_best
 from sweeper.results.storage import (
@@ -43,15 +44,19 @@ from sweeper.results.storage import (
     open_storage,
     space_signature,
     storage_exists,
+    storage_key,
 )
+from sweeper.run.killpoint import killpoint
+from sweeper.run.lock import claim
 from sweeper.run.progress import NullReporter, Reporter
 from sweeper.run.reconcile import Budget, owned_pgids, reconcile, requeue
 from sweeper.run.record import Recorder, Slot
+from sweeper.run.servers import stop_strays
 from sweeper.run.trial import TrialRunner
 from sweeper.search.failures import FailureMemory
 from sweeper.search.sampler import make_sampler
 from sweeper.search.space import SearchSpace
-from sweeper.study import StudySpec, placeholder_message
+from sweeper.study import HostSpec, StudySpec, placeholder_message
 from sweeper.study.base import public_url
 
 SKIP_LIMIT_FACTOR = 10
@@ -158,12 +163,28 @@ class Sweep:
         self.host = self._host
         self.python = self._python or sys.executable
         hspec = self.spec.hosts[0]
-        self.runner = TrialRunner(self.host, self.python, self.spec.server, hspec, self.report)
+        self.workdir = run_dir(hspec.workdir, self.storage_url, self.spec.name)
+        self.runner = TrialRunner(self.host, self.python, self.spec.server, hspec, self.report,
+                                  workdir=self.workdir,
+                                  marker=storage_key(self.storage_url, self.spec.name))
+        self.lock = claim(self.storage_url, self.spec.name, self.host.name, self.report.line)
+        try:
+            return self._open(sampler, hspec, require_existing, fresh, allow_delete)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _open(self, sampler: optuna.samplers.BaseSampler, hspec: HostSpec,
+              require_existing: bool, fresh: bool,
+              allow_delete: Callable[[int], bool] | None) -> optuna.Study:
         try:
             self.host.check_alive()
         except InfrastructureError as exc:
             raise InputError(f"{self.spec.path}: hosts[0].ssh: {hspec.ssh}: {exc}; check the "
                              "address, your ~/.ssh/config and that the node is up") from exc
+        # servers of this study nobody recorded (a sweeper killed at the wrong moment)
+        stop_strays(self.host, self.storage_url, self.spec.name, self.spec.server.stop_grace,
+                    self.report.line)
         # An existing study may own a server on the port (a kept or orphaned one): read it
         # first. A storage that does not exist yet is not created before preflight passes.
         storage = open_storage(self.storage_url) if storage_exists(self.storage_url) else None
@@ -189,6 +210,7 @@ class Sweep:
                                  f"{self.spec.name!r} in {public_url(self.storage_url)}; add "
                                  "--yes to delete them, or drop --fresh to add to them")
             delete_study(self.storage_url, self.spec.name)
+            remove_run_dir(self.host, self.workdir)  # its servers' logs: nobody else's
             self.report.line(f"--fresh: deleted the {n} earlier trials of {self.spec.name!r}")
             storage = None
         if storage is None:
@@ -214,7 +236,9 @@ class Sweep:
                                 user_attrs={A.ROLE: A.START_FROM}, skip_if_exists=True)
 
     # --- the loop -----------------------------------------------------------------------
-    def run(self) -> SweepSummary:
+    def run(self, going_on: bool = False) -> SweepSummary:
+        """The trials. ``going_on``: the caller goes on with this study (the confirm
+        phase), then calls ``done()``; else the study is released at the end."""
         if not hasattr(self, "study"):
             self.open()
         self.summary.reconciled = reconcile(self.study, self.recorder, self.host,
@@ -229,6 +253,8 @@ class Sweep:
         self.summary.resumed_from = budget.done - budget.start
         self.report.line(budget.describe(self.options.trials))
         budget.save(self.study, self.options.trials)
+        self.budget = budget
+        killpoint("startup")
         self._todo = budget.todo
         self.report.progress(0, self._todo)
         deadline = time.monotonic() + self.options.timeout if self.options.timeout else None
@@ -255,10 +281,23 @@ class Sweep:
                             f"{self._last_failure}. Check the study's server settings and "
                             f"the host, then run the same command to resume")
         finally:
-            if self.summary.stopped_because != "interrupted":
-                self.study.set_user_attr(A.BUDGET, None)
             self._finish()
+            if not going_on:
+                self.close()
+        if not going_on:
+            self.study.set_user_attr(A.BUDGET, None)
         return self.summary
+
+    def done(self) -> None:
+        """The command finished what it set out to do: no sweep to resume any more; the
+        study is free for the next sweeper. (Interrupted or aborted, neither happens: the
+        same command then resumes towards the same target.)"""
+        self.study.set_user_attr(A.BUDGET, None)
+        self.close()
+
+    def close(self) -> None:
+        """Release the study's lock (the servers were stopped by then)."""
+        self.lock.release()
 
     def _one_trial(self) -> str:
         trial = self.study.ask()
