@@ -89,6 +89,10 @@ class ServerErrorResponse(BenchmarkTransportError):
 
     kind = "server_error"
 
+    def __init__(self, message: str, body: str = "") -> None:
+        super().__init__(message)
+        self.body = body  # the last response body, kept with the trial's log
+
 
 class CommandTimeout(InfrastructureError):
     """A host command did not finish within its timeout (it was killed on the host)."""

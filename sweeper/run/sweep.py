@@ -27,6 +27,7 @@ from sweeper.errors import (
     InputError,
     PortBusy,
     PreflightError,
+    ServerErrorResponse,
     SweeperError,
 )
 from sweeper.launch import LaunchConfig
@@ -327,11 +328,14 @@ class Sweep:
                        f"({predicted.kind}: {predicted.reason})")
             return "skipped"
         try:
-            m = self.runner.measure(config, f"trial-{trial.number:04d}", self.bench_spec,
-                                    label=prefix,
-                                    on_start=lambda h: self.recorder.server_started(slot, h))
+            try:
+                m = self.runner.measure(config, f"trial-{trial.number:04d}", self.bench_spec,
+                                        label=prefix,
+                                        on_start=lambda h: self.recorder.server_started(slot, h))
+            except ServerErrorResponse as err:
+                raise self._server_error(trial, err) from err
         except ConfigurationFailure as fail:
-            log = self._server_log(slot)
+            log = self._server_log(slot, fail)
             self.runner.stop()
             self.memory.add(trial.number, cid, effective, fail.kind)
             self.recorder.prune(slot, fail.kind, str(fail), log_tail=fail.log_tail, log=log)
@@ -389,12 +393,26 @@ class Sweep:
         best = f" | {headline.short()}" if headline.best is not None else ""
         self._line(f"{label}[green]{R.fmt_tok_s(result.stats)} tok/s[/]{acc}{best}")
 
-    def _server_log(self, slot: Slot) -> str | None:
+    def _server_error(self, trial: optuna.Trial, err: ServerErrorResponse) -> SweeperError:
+        """5xx answers are retried like any fault outside the configuration, as long as the
+        study's retries last; a configuration whose server answered 5xx on every start
+        then fails as ``server_error`` (the sampler learns it)."""
+        attempt = int(trial.user_attrs.get(A.ATTEMPT, 0))
+        if attempt < self.spec.sweep.max_retries:
+            return err
+        return ConfigurationFailure(
+            "server_error", f"{err} (on {attempt + 1} server starts)",
+            f"last response body: {err.body}" if err.body else "")
+
+    def _server_log(self, slot: Slot, fail: ConfigurationFailure | None = None) -> str | None:
         handle = self.runner.current
         if handle is None:
             return None
         with contextlib.suppress(InfrastructureError):
-            return self.runner.log_text(handle)
+            text = self.runner.log_text(handle)
+            if fail is not None and fail.kind == "server_error" and text is not None:
+                text += f"\n[sweeper] {fail}\n[sweeper] {fail.log_tail}\n"  # the body
+            return text
         return None
 
     def _line(self, text: str) -> None:
