@@ -15,7 +15,7 @@ started by a sweeper killed before it could record it is still found on the host
 from __future__ import annotations
 
 from sweeper.remote.host import Host
-from sweeper.results.storage import storage_key
+from sweeper.study.base import storage_key
 
 MARKER = "SWEEPER_SERVER"
 

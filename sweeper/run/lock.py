@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import IO
 
 from sweeper.errors import SweepLocked
-from sweeper.results.storage import storage_key
-from sweeper.study.base import public_url
+from sweeper.study.base import public_url, storage_key
 
 ENV_DIR = "SWEEPER_LOCK_DIR"
 

@@ -53,7 +53,7 @@ from sweeper.run.progress import NullReporter, Reporter
 from sweeper.run.reconcile import Budget, owned_pgids, reconcile, requeue
 from sweeper.run.record import Recorder, Slot
 from sweeper.run.servers import stop_strays
-from sweeper.run.trial import TrialRunner
+from sweeper.run.trial import TrialRunner, server_error
 from sweeper.search.failures import FailureMemory
 from sweeper.search.sampler import make_sampler
 from sweeper.search.space import SearchSpace
@@ -333,7 +333,8 @@ class Sweep:
                                         label=prefix,
                                         on_start=lambda h: self.recorder.server_started(slot, h))
             except ServerErrorResponse as err:
-                raise self._server_error(trial, err) from err
+                raise server_error(err, int(trial.user_attrs.get(A.ATTEMPT, 0)),
+                                   self.spec.sweep.max_retries) from err
         except ConfigurationFailure as fail:
             log = self._server_log(slot, fail)
             self.runner.stop()
@@ -392,17 +393,6 @@ class Sweep:
         acc = f", accept len {result.accept_length:.2f}" if result.accept_length else ""
         best = f" | {headline.short()}" if headline.best is not None else ""
         self._line(f"{label}[green]{R.fmt_tok_s(result.stats)} tok/s[/]{acc}{best}")
-
-    def _server_error(self, trial: optuna.Trial, err: ServerErrorResponse) -> SweeperError:
-        """5xx answers are retried like any fault outside the configuration, as long as the
-        study's retries last; a configuration whose server answered 5xx on every start
-        then fails as ``server_error`` (the sampler learns it)."""
-        attempt = int(trial.user_attrs.get(A.ATTEMPT, 0))
-        if attempt < self.spec.sweep.max_retries:
-            return err
-        return ConfigurationFailure(
-            "server_error", f"{err} (on {attempt + 1} server starts)",
-            f"last response body: {err.body}" if err.body else "")
 
     def _server_log(self, slot: Slot, fail: ConfigurationFailure | None = None) -> str | None:
         handle = self.runner.current
