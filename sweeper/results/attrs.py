@@ -17,6 +17,8 @@ SERVER = "server"  # ServerHandle.to_attrs(): enough to find and stop the server
 ATTEMPT = "attempt"  # how many times an infrastructure fault re-queued these params
 RETRY_OF = "retry_of"  # the trial number this one repeats
 CONFIRM = "confirm"  # True on the confirm phase's fresh measurements
+REPLAYED_FROM = "replayed_from"  # measured in this trial, stored later (run/pending.py)
+REPLAY_ID = "replay_id"  # the kept record's id: a replay never writes it twice
 
 RUNS = "tok_s_runs"  # per-run tok/s of the counted runs
 TOK_S_MEAN = "tok_s_mean"

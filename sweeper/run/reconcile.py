@@ -124,7 +124,7 @@ class Budget:
         owner_alive = old.get("machine") == socket.gethostname() and pid_alive(owner_pid) \
             and owner_pid != os.getpid()
         if old and old.get("trials") == trials and not owner_alive \
-                and old.get("target", 0) > done:
+                and old.get("target", 0) >= done:
             return cls(int(old["start"]), int(old["target"]), done, True)
         return cls(done, done + trials, done, False)
 

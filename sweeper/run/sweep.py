@@ -44,6 +44,7 @@ from sweeper.results.storage import (
     space_signature,
     storage_exists,
 )
+from sweeper.run import pending
 from sweeper.run.progress import NullReporter, Reporter
 from sweeper.run.reconcile import Budget, owned_pgids, reconcile, requeue
 from sweeper.run.record import Recorder, Slot
@@ -202,7 +203,7 @@ class Sweep:
             self._enqueue_initial(study)
         self.study = study
         self.recorder = Recorder(study, storage, artifact_store(self.storage_url, self.spec.name),
-                                 self._secrets.scrub)
+                                 self._secrets.scrub, self.storage_url)
         return study
 
     def _enqueue_initial(self, study: optuna.Study) -> None:
@@ -217,6 +218,33 @@ class Sweep:
     def run(self) -> SweepSummary:
         if not hasattr(self, "study"):
             self.open()
+        try:
+            return self._run()
+        except pending.StorageFault:
+            self.summary.stopped_because = "storage"
+            raise
+        except Exception as exc:
+            if not pending.is_storage_error(exc):
+                raise
+            self.summary.stopped_because = "storage"
+            raise pending.StorageFault(
+                f"storage {public_url(self.storage_url)} failed ({pending.cause_of(exc)}); "
+                "the server was stopped and no measurement was lost: fix the storage, then "
+                "run the same command to resume") from exc
+
+    def _replay_pending(self) -> None:
+        """Measurements an earlier run could not store (run/pending.py) go in first."""
+        def mark(old: int, new: int) -> None:
+            slot = self.recorder.slot_of(old)
+            if self.recorder.storage.get_trial(slot.trial_id).state == TrialState.RUNNING:
+                self.recorder.fail(slot, "storage", "measured, but the storage failed while "
+                                   f"recording it; the measurement is trial {new}")
+
+        pending.replay(self.study, self.recorder.storage, self.storage_url,
+                       self.recorder.upload_to, mark, self.report.line)
+
+    def _run(self) -> SweepSummary:
+        self._replay_pending()
         self.summary.reconciled = reconcile(self.study, self.recorder, self.host,
                                             self._stop_handle, self.report.line)
         for t in self.study.get_trials(deepcopy=False,
@@ -254,8 +282,12 @@ class Sweep:
                             f"{consecutive} trials in a row failed; the last: "
                             f"{self._last_failure}. Check the study's server settings and "
                             f"the host, then run the same command to resume")
+        except Exception as exc:
+            if isinstance(exc, pending.StorageFault) or pending.is_storage_error(exc):
+                self.summary.stopped_because = "storage"  # nothing more is written
+            raise
         finally:
-            if self.summary.stopped_because != "interrupted":
+            if self.summary.stopped_because not in ("interrupted", "storage"):
                 self.study.set_user_attr(A.BUDGET, None)
             self._finish()
         return self.summary
@@ -389,7 +421,7 @@ class Sweep:
             v = R.verdict(self.study, self.bench_spec.objective)
             summary.best, summary.baseline = v.best, v.baseline
         keep = self.options.keep_best and summary.best is not None and \
-            summary.stopped_because != "interrupted"
+            summary.stopped_because not in ("interrupted", "storage")
         try:
             if keep:
                 assert summary.best is not None
