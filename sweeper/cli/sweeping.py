@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from typing import TYPE_CHECKING, Annotated
 
@@ -26,6 +27,13 @@ if TYPE_CHECKING:
     from sweeper.run.progress import ConsoleReporter
     from sweeper.run.sweep import Sweep
 
+
+
+def resume_hint() -> str:
+    """The command that resumes what this one was doing: the same command, without the
+    options that would start over (``--fresh`` deletes what it should resume)."""
+    words = [w for w in sys.argv[1:] if w not in ("--fresh", "--yes")]
+    return "Resume with the same command: sweeper " + shlex.join(words)
 
 
 def _allow_delete(yes: bool, study: str, storage: str) -> bool:
@@ -91,15 +99,14 @@ def optimize(
                   f"using {spec.hosts[0].ssh}, not {', '.join(h.ssh for h in spec.hosts[1:])}",
                   markup=False, soft_wrap=True)
     out.print(f"Study {spec.name!r} in {public_url(sweep.storage_url)}, server on "
-              f"{sweep.host.name}. "
-              "Ctrl-C stops cleanly; the same command resumes.")
+              f"{sweep.host.name}. Ctrl-C stops cleanly. {resume_hint()}", markup=False,
+              soft_wrap=True)
     try:
-        summary = sweep.run()
+        summary = sweep.run(going_on=True)
     except KeyboardInterrupt:
         reporter.close()
         err.print(f"interrupted: the current trial was recorded as failed and queued again, "
-                  f"its server stopped. Resume with the same command: sweeper optimize "
-                  f"--study {study} --trials {trials}", markup=False, soft_wrap=True)
+                  f"its server stopped. {resume_hint()}", markup=False, soft_wrap=True)
         raise typer.Exit(130) from None
     except SweepAborted as exc:
         reporter.close()
@@ -111,10 +118,13 @@ def optimize(
         if not leaders(sweep.study, spec.benchmark.objective, top):
             out.print("Confirm phase skipped: no speculative configuration was measured.")
         elif leaders_changed(sweep.study, spec.benchmark.objective, top):
+            # a kill from here on resumes the confirm phase, not a new batch of trials
+            sweep.budget.save(sweep.study, trials, phase="confirm")
             _confirm(sweep, top, spec.sweep.confirm_runs, reporter)
         else:
             out.print(f"Confirm phase skipped: the top {top} are the configurations the last "
                       "confirm phase measured (`sweeper confirm` measures them again).")
+    sweep.done()
     reporter.close()
     print_summary(out, summary, Headline.of(sweep.study, spec.benchmark.objective))
 
@@ -130,8 +140,8 @@ def _confirm(sweep: Sweep, top: int, runs: int, reporter: ConsoleReporter) -> No
     except KeyboardInterrupt:
         reporter.close()
         sweep.stop_server()
-        err.print("interrupted during the confirm phase; measurements so far are kept. "
-                  "Run `sweeper confirm` again to redo it.", markup=False)
+        err.print("interrupted during the confirm phase: the measurements so far are kept, "
+                  f"its server stopped. {resume_hint()}", markup=False, soft_wrap=True)
         raise typer.Exit(130) from None
     reporter.close()
     print_confirm(out, outcome)
@@ -157,6 +167,7 @@ def confirm(study: StudyOpt, storage: StorageOpt = None,
         _confirm(sweep, top, runs or spec.sweep.confirm_runs, reporter)
     finally:
         sweep.stop_server()
+        sweep.close()
 
 
 @app.command()
@@ -172,6 +183,7 @@ def stop(study: StudyOpt, storage: StorageOpt = None) -> None:
         handle = sweep.stop_kept()
     finally:
         sweep.host.close()
+        sweep.close()
     if handle is None:
         out.print(f"no server left running by study {spec.name!r}")
     else:

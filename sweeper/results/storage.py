@@ -4,7 +4,9 @@ matches what the storage already holds."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -87,19 +89,44 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
     return {"pool_pre_ping": True}
 
 
-def artifact_dir(url: str, study_name: str) -> Path:
-    """Where trial artifacts (server logs, benchmark JSON) live: beside a SQLite or
-    journal file, else under ./studies."""
+def canonical_url(url: str) -> str:
+    """The storage URL that names one storage wherever the command runs: a SQLite or
+    journal file by its absolute path (two checkouts both saying ``sqlite:///studies/x.db``
+    are two storages), without its password (the URL ends up in file names' hashes)."""
     for prefix in ("sqlite:///", "journal://"):
         if url.startswith(prefix):
-            return Path(url[len(prefix):]).with_suffix("").parent / f"{study_name}.artifacts"
-    return Path("studies") / f"{study_name}.artifacts"
+            return prefix + str(Path(url[len(prefix):]).expanduser().resolve())
+    return public_url(url)
+
+
+def storage_key(url: str, study_name: str) -> str:
+    """``<study>-<10 hex>``: one study in one storage, for directory names (its artifacts,
+    its servers' workdir on a host, its lock). Study names are free text: only safe
+    characters are kept, the hash tells apart what that folds together."""
+    digest = hashlib.sha256(f"{canonical_url(url)}\n{study_name}".encode()).hexdigest()[:10]
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", study_name)[:40].lstrip(".") or "study"
+    return f"{safe}-{digest}"
+
+
+def artifact_dir(url: str, study_name: str) -> Path:
+    """Where one study's trial artifacts (server logs, benchmark JSON) live: beside a SQLite
+    or journal file, in a folder of that file's own (``studies/demo.artifacts/demo/``), so
+    two storage files in one folder never share it; else ``studies/<study>-<hash>.artifacts``
+    keyed by the storage URL."""
+    for prefix in ("sqlite:///", "journal://"):
+        if url.startswith(prefix):
+            db = Path(url[len(prefix):])
+            return db.parent / f"{db.stem}.artifacts" / study_name
+    return Path("studies") / f"{storage_key(url, study_name)}.artifacts"
 
 
 def report_dir(url: str, study_name: str) -> Path:
-    """Where ``sweeper report`` writes by default: beside the storage file, like the
-    artifacts (``studies/demo-report/`` for the demo)."""
-    return artifact_dir(url, study_name).with_name(f"{study_name}-report")
+    """Where ``sweeper report`` writes by default: beside the storage file
+    (``studies/demo-report/`` for the demo)."""
+    for prefix in ("sqlite:///", "journal://"):
+        if url.startswith(prefix):
+            return Path(url[len(prefix):]).parent / f"{study_name}-report"
+    return Path("studies") / f"{study_name}-report"
 
 
 def artifact_store(url: str, study_name: str) -> FileSystemArtifactStore:
@@ -144,7 +171,7 @@ def check_space(study: optuna.Study, signature: str, study_file: str, storage_ur
 
 
 def delete_study(url: str, name: str) -> None:
-    """Remove a study and its artifacts (``--fresh``)."""
+    """Remove a study and its artifacts (``--fresh``): that study's, in that storage only."""
     import shutil
 
     storage = open_storage(url)

@@ -167,7 +167,8 @@ def _visit(sweep: Sweep, cand: Candidate, tag: str, bench: Any,
               command=cand.config.command_line(sweep.python))
     try:
         m = sweep.runner.measure(cand.config, tag, bench, label=label,
-                                 on_start=lambda h: rec.server_started(slot, h))
+                                 on_start=lambda h: rec.server_started(slot, h),
+                                 phase="confirm-")
     except BaseException as exc:
         rec.fail(slot, getattr(exc, "kind", "interrupted"), str(exc) or type(exc).__name__)
         raise

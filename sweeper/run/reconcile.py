@@ -105,16 +105,18 @@ def reconcile(study: optuna.Study, recorder: Recorder, host: Host,
 @dataclass(frozen=True)
 class Budget:
     """``--trials N`` means N more finished trials, except when the same command resumes a
-    sweep that was killed or interrupted: then it goes on to that sweep's target."""
+    sweep that was killed or interrupted: then it goes on to that sweep's target, and to its
+    confirm phase if that is where it stopped (``phase``)."""
 
     start: int
     target: int
     done: int
     resumed: bool
+    phase: str = "sweep"  # "confirm": the trials were done, the confirm phase was not
 
     @property
     def todo(self) -> int:
-        return self.target - self.done
+        return max(0, self.target - self.done)
 
     @classmethod
     def of(cls, study: optuna.Study, trials: int) -> Budget:
@@ -123,17 +125,22 @@ class Budget:
         owner_pid = int(old.get("pid", -1))
         owner_alive = old.get("machine") == socket.gethostname() and pid_alive(owner_pid) \
             and owner_pid != os.getpid()
+        confirming = old.get("phase") == "confirm"
         if old and old.get("trials") == trials and not owner_alive \
-                and old.get("target", 0) >= done:
-            return cls(int(old["start"]), int(old["target"]), done, True)
+                and (old.get("target", 0) >= done or confirming):
+            return cls(int(old["start"]), int(old["target"]), done, True,
+                       "confirm" if confirming else "sweep")
         return cls(done, done + trials, done, False)
 
-    def save(self, study: optuna.Study, trials: int) -> None:
+    def save(self, study: optuna.Study, trials: int, phase: str = "sweep") -> None:
         study.set_user_attr(A.BUDGET, {
-            "start": self.start, "target": self.target, "trials": trials,
+            "start": self.start, "target": self.target, "trials": trials, "phase": phase,
             "machine": socket.gethostname(), "pid": os.getpid()})
 
     def describe(self, trials: int) -> str:
+        if self.resumed and self.phase == "confirm" and not self.todo:
+            return (f"resuming the interrupted sweep: its {trials} trials were done; "
+                    "resuming its confirm phase")
         if self.resumed:
             return (f"resuming the interrupted sweep: {self.done - self.start} of {trials} "
                     f"trials were done, {self.todo} to go")

@@ -27,12 +27,14 @@ from sweeper.errors import (
     InputError,
     PortBusy,
     PreflightError,
+    ServerErrorResponse,
     SweeperError,
 )
 from sweeper.launch import LaunchConfig
 from sweeper.remote import Host, LocalHost
 from sweeper.remote.preflight import preflight
 from sweeper.remote.server import ServerHandle
+from sweeper.remote.workdir import remove_run_dir, run_dir
 from sweeper.results import attrs as A
 from sweeper.results.headline import Headline, mark_best
 from sweeper.results.storage import (
@@ -43,16 +45,20 @@ from sweeper.results.storage import (
     open_storage,
     space_signature,
     storage_exists,
+    storage_key,
 )
 from sweeper.run import pending
+from sweeper.run.killpoint import killpoint
+from sweeper.run.lock import claim
 from sweeper.run.progress import NullReporter, Reporter
 from sweeper.run.reconcile import Budget, owned_pgids, reconcile, requeue
 from sweeper.run.record import Recorder, Slot
+from sweeper.run.servers import stop_strays
 from sweeper.run.trial import TrialRunner
 from sweeper.search.failures import FailureMemory
 from sweeper.search.sampler import make_sampler
 from sweeper.search.space import SearchSpace
-from sweeper.study import StudySpec, placeholder_message
+from sweeper.study import HostSpec, StudySpec, placeholder_message
 from sweeper.study.base import public_url
 
 SKIP_LIMIT_FACTOR = 10
@@ -159,12 +165,28 @@ class Sweep:
         self.host = self._host
         self.python = self._python or sys.executable
         hspec = self.spec.hosts[0]
-        self.runner = TrialRunner(self.host, self.python, self.spec.server, hspec, self.report)
+        self.workdir = run_dir(hspec.workdir, self.storage_url, self.spec.name)
+        self.runner = TrialRunner(self.host, self.python, self.spec.server, hspec, self.report,
+                                  workdir=self.workdir,
+                                  marker=storage_key(self.storage_url, self.spec.name))
+        self.lock = claim(self.storage_url, self.spec.name, self.host.name, self.report.line)
+        try:
+            return self._open(sampler, hspec, require_existing, fresh, allow_delete)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _open(self, sampler: optuna.samplers.BaseSampler, hspec: HostSpec,
+              require_existing: bool, fresh: bool,
+              allow_delete: Callable[[int], bool] | None) -> optuna.Study:
         try:
             self.host.check_alive()
         except InfrastructureError as exc:
             raise InputError(f"{self.spec.path}: hosts[0].ssh: {hspec.ssh}: {exc}; check the "
                              "address, your ~/.ssh/config and that the node is up") from exc
+        # servers of this study nobody recorded (a sweeper killed at the wrong moment)
+        stop_strays(self.host, self.storage_url, self.spec.name, self.spec.server.stop_grace,
+                    self.report.line)
         # An existing study may own a server on the port (a kept or orphaned one): read it
         # first. A storage that does not exist yet is not created before preflight passes.
         storage = open_storage(self.storage_url) if storage_exists(self.storage_url) else None
@@ -190,6 +212,7 @@ class Sweep:
                                  f"{self.spec.name!r} in {public_url(self.storage_url)}; add "
                                  "--yes to delete them, or drop --fresh to add to them")
             delete_study(self.storage_url, self.spec.name)
+            remove_run_dir(self.host, self.workdir)  # its servers' logs: nobody else's
             self.report.line(f"--fresh: deleted the {n} earlier trials of {self.spec.name!r}")
             storage = None
         if storage is None:
@@ -215,11 +238,13 @@ class Sweep:
                                 user_attrs={A.ROLE: A.START_FROM}, skip_if_exists=True)
 
     # --- the loop -----------------------------------------------------------------------
-    def run(self) -> SweepSummary:
+    def run(self, going_on: bool = False) -> SweepSummary:
+        """The trials. ``going_on``: the caller goes on with this study (the confirm
+        phase), then calls ``done()``; else the study is released at the end."""
         if not hasattr(self, "study"):
             self.open()
         try:
-            return self._run()
+            return self._run(going_on)
         except pending.StorageFault:
             self.summary.stopped_because = "storage"
             raise
@@ -243,7 +268,7 @@ class Sweep:
         pending.replay(self.study, self.recorder.storage, self.storage_url,
                        self.recorder.upload_to, mark, self.report.line)
 
-    def _run(self) -> SweepSummary:
+    def _run(self, going_on: bool) -> SweepSummary:
         self._replay_pending()
         self.summary.reconciled = reconcile(self.study, self.recorder, self.host,
                                             self._stop_handle, self.report.line)
@@ -257,6 +282,8 @@ class Sweep:
         self.summary.resumed_from = budget.done - budget.start
         self.report.line(budget.describe(self.options.trials))
         budget.save(self.study, self.options.trials)
+        self.budget = budget
+        killpoint("startup")
         self._todo = budget.todo
         self.report.progress(0, self._todo)
         deadline = time.monotonic() + self.options.timeout if self.options.timeout else None
@@ -287,10 +314,23 @@ class Sweep:
                 self.summary.stopped_because = "storage"  # nothing more is written
             raise
         finally:
-            if self.summary.stopped_because not in ("interrupted", "storage"):
-                self.study.set_user_attr(A.BUDGET, None)
             self._finish()
+            if not going_on:
+                self.close()
+        if not going_on:
+            self.study.set_user_attr(A.BUDGET, None)
         return self.summary
+
+    def done(self) -> None:
+        """The command finished what it set out to do: no sweep to resume any more; the
+        study is free for the next sweeper. (Interrupted or aborted, neither happens: the
+        same command then resumes towards the same target.)"""
+        self.study.set_user_attr(A.BUDGET, None)
+        self.close()
+
+    def close(self) -> None:
+        """Release the study's lock (the servers were stopped by then)."""
+        self.lock.release()
 
     def _one_trial(self) -> str:
         trial = self.study.ask()
@@ -320,11 +360,14 @@ class Sweep:
                        f"({predicted.kind}: {predicted.reason})")
             return "skipped"
         try:
-            m = self.runner.measure(config, f"trial-{trial.number:04d}", self.bench_spec,
-                                    label=prefix,
-                                    on_start=lambda h: self.recorder.server_started(slot, h))
+            try:
+                m = self.runner.measure(config, f"trial-{trial.number:04d}", self.bench_spec,
+                                        label=prefix,
+                                        on_start=lambda h: self.recorder.server_started(slot, h))
+            except ServerErrorResponse as err:
+                raise self._server_error(trial, err) from err
         except ConfigurationFailure as fail:
-            log = self._server_log(slot)
+            log = self._server_log(slot, fail)
             self.runner.stop()
             self.memory.add(trial.number, cid, effective, fail.kind)
             self.recorder.prune(slot, fail.kind, str(fail), log_tail=fail.log_tail, log=log)
@@ -382,12 +425,26 @@ class Sweep:
         best = f" | {headline.short()}" if headline.best is not None else ""
         self._line(f"{label}[green]{R.fmt_tok_s(result.stats)} tok/s[/]{acc}{best}")
 
-    def _server_log(self, slot: Slot) -> str | None:
+    def _server_error(self, trial: optuna.Trial, err: ServerErrorResponse) -> SweeperError:
+        """5xx answers are retried like any fault outside the configuration, as long as the
+        study's retries last; a configuration whose server answered 5xx on every start
+        then fails as ``server_error`` (the sampler learns it)."""
+        attempt = int(trial.user_attrs.get(A.ATTEMPT, 0))
+        if attempt < self.spec.sweep.max_retries:
+            return err
+        return ConfigurationFailure(
+            "server_error", f"{err} (on {attempt + 1} server starts)",
+            f"last response body: {err.body}" if err.body else "")
+
+    def _server_log(self, slot: Slot, fail: ConfigurationFailure | None = None) -> str | None:
         handle = self.runner.current
         if handle is None:
             return None
         with contextlib.suppress(InfrastructureError):
-            return self.runner.log_text(handle)
+            text = self.runner.log_text(handle)
+            if fail is not None and fail.kind == "server_error" and text is not None:
+                text += f"\n[sweeper] {fail}\n[sweeper] {fail.log_tail}\n"  # the body
+            return text
         return None
 
     def _line(self, text: str) -> None:
