@@ -113,6 +113,14 @@ class Recorder:
         self.upload_log(slot, log)
         self.study.tell(slot.number, state=TrialState.PRUNED)
 
+    def repeat(self, slot: Slot, value: float, of: list[int]) -> None:
+        """An accidental repeat of a measured configuration, resolved without a restart:
+        the sampler is told the mean of what the earlier trials were told."""
+        if slot.trial is not None:
+            slot.trial.set_constraint("failed", 0.0)
+        self.set(slot, **{A.CONSTRAINT_MIRROR: 0.0, A.REPEAT_OF: list(of)})
+        self.study.tell(slot.number, value)
+
     def fail(self, slot: Slot, kind: str, message: str, *, log: str | None = None) -> None:
         """Not the configuration's fault: FAIL (the caller re-queues the parameters)."""
         self.set(slot, **{A.FAILURE: kind, A.FAILURE_MSG: self.scrub(message)[:MESSAGE_CHARS]})
