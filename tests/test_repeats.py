@@ -23,50 +23,35 @@ def load(db: Path) -> optuna.Study:
     return optuna.load_study(study_name="t", storage=f"sqlite:///{db}")
 
 
-def test_repeat_is_resolved_without_a_restart_and_a_replicate_is_measured(
-        make_study, tmp_path: Path) -> None:
+def test_repeats_cost_no_restart_replicates_are_measured(make_study, tmp_path: Path) -> None:
     study_file = make_study(start_from=[POINT], baseline=False)
     proc = run_cli("optimize", "--study", str(study_file), "--trials", "1")
     assert proc.returncode == 0, proc.stderr
     db = tmp_path / "t.db"
     first = load(db).get_trials()[0]
     assert first.state == TrialState.COMPLETE
-    # the sampler proposes the measured configuration again, twice (emulated by
+    # the sampler proposes the measured configuration again and again (emulated by
     # enqueueing it), then the racing asks for a replicate on purpose
     study = load(db)
-    study.enqueue_trial(first.params)
-    study.enqueue_trial(first.params)
+    for _ in range(REPEAT_LIMIT + 1):
+        study.enqueue_trial(first.params)
     study.enqueue_trial(first.params, user_attrs={A.REPLICATE: True})
-    proc = run_cli("optimize", "--study", str(study_file), "--trials", "1")
+    proc = run_cli("optimize", "--study", str(study_file), "--trials", "2")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count("repeat, no restart") == 2
+    assert proc.stdout.count("repeat, no restart") == REPEAT_LIMIT
     trials = sorted(load(db).get_trials(), key=lambda t: t.number)
-    assert [t.state for t in trials] == [TrialState.COMPLETE] * 4
-    for t in trials[1:3]:
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * (REPEAT_LIMIT + 3)
+    repeats, insisted, replicate = trials[1:-2], trials[-2], trials[-1]
+    for t in repeats:
         assert t.user_attrs[A.REPEAT_OF] == [0]
         assert t.value == first.value  # the sampler hears what the configuration gave
         assert "server" not in t.user_attrs and A.RUNS not in t.user_attrs
         assert t.constraints == {"failed": 0.0}
-    replicate = trials[3]
+    # after REPEAT_LIMIT in a row the sampler gets its replicate: the loop moves on
+    assert "server" in insisted.user_attrs and not insisted.user_attrs.get(A.REPEAT_OF)
     assert "server" in replicate.user_attrs and len(replicate.user_attrs[A.RUNS]) == 2
-    # pooled: the two measurements, never the repeats
+    # pooled: the three measurements, never the repeats; --trials 2 meant two restarts
     [res] = R.config_results(trials)
-    assert res.trials == [0, 3] and len(res.runs) == 4
-    # --trials 1 meant one restart: the repeats did not count
+    assert res.trials == [0, insisted.number, replicate.number] and len(res.runs) == 6
     status = run_cli("status", "--study", str(study_file))
     assert status.returncode == 0 and "repeat of 0, no restart" in status.stdout
-
-
-def test_a_sampler_that_insists_gets_its_replicate(make_study, tmp_path: Path) -> None:
-    study_file = make_study(start_from=[POINT], baseline=False)
-    assert run_cli("optimize", "--study", str(study_file), "--trials", "1").returncode == 0
-    db = tmp_path / "t.db"
-    study = load(db)
-    for _ in range(REPEAT_LIMIT + 1):
-        study.enqueue_trial(study.get_trials()[0].params)
-    proc = run_cli("optimize", "--study", str(study_file), "--trials", "1")
-    assert proc.returncode == 0, proc.stderr
-    trials = sorted(load(db).get_trials(), key=lambda t: t.number)
-    assert len(trials) == REPEAT_LIMIT + 2
-    assert all(t.user_attrs.get(A.REPEAT_OF) for t in trials[1:-1])
-    assert "server" in trials[-1].user_attrs  # measured: the loop moved on
