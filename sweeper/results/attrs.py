@@ -37,6 +37,12 @@ SPEEDUP = "speedup"  # over the baseline's pooled runs, when there is a baseline
 FAILURE = "failure"  # failure class: a ConfigurationFailure kind or an infrastructure kind
 FAILURE_MSG = "failure_message"
 SKIPPED = "skipped_known_failure"  # predicted to fail: recorded, no restart spent
+# An accidental repeat of a configuration already measured: no restart, told the mean of the
+# values of these earlier trials (a list of trial numbers); never pooled as a measurement.
+REPEAT_OF = "repeat_of"
+# Set (True) by whoever enqueues a replicate on purpose (the racing of the leaders): such a
+# trial is measured again even though its configuration was measured before.
+REPLICATE = "is_deliberate_replicate"
 LOG_TAIL = "log_tail"
 # Optuna 5 constraints are system attributes the dashboard does not show: mirrored here.
 CONSTRAINT_MIRROR = "constraint_failed"

@@ -164,6 +164,13 @@ def check_space(study: optuna.Study, signature: str, study_file: str, storage_ur
     if stored is not None and stored != signature:
         old, new = json.loads(stored), json.loads(signature)
         changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        if any("|topk=" in k and ",steps=" in k for k in old):
+            # made before draft tokens got one shared parameter (space.DRAFT_POSITION)
+            raise InputError(
+                f"{study_file}: study {study.study_name!r} in {public_url(storage_url)} was "
+                "made by an older sweeper that sampled draft tokens per (topk, steps) branch; "
+                "its trials stay readable (status, report, export, dashboard) but cannot be "
+                "resumed: give the study a new name, or use --fresh to start it again")
         raise InputError(
             f"{study_file}: space: differs from the study {study.study_name!r} already in "
             f"{public_url(storage_url)} (changed: {', '.join(changed)}); use a new study name, "

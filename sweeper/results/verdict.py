@@ -58,8 +58,9 @@ def config_results(trials: Sequence[FrozenTrial]) -> list[ConfigResult]:
     trials is one configuration whose runs are pooled."""
     groups: dict[str, ConfigResult] = {}
     for t in trials:
-        if t.state != TrialState.COMPLETE or A.CONFIG_ID not in t.user_attrs:
-            continue
+        if t.state != TrialState.COMPLETE or A.CONFIG_ID not in t.user_attrs \
+                or t.user_attrs.get(A.REPEAT_OF):
+            continue  # a repeat resolved without a restart measured nothing
         cid = str(t.user_attrs[A.CONFIG_ID])
         res = groups.get(cid)
         if res is None:

@@ -47,9 +47,11 @@ def owned_pgids(study: optuna.Study) -> set[int]:
 
 def counts_as_finished(t: FrozenTrial) -> bool:
     """A trial that cost a restart and ended (measured, or failed on the server). The
-    proposals skipped as known failures cost nothing; confirm runs are not the sweep's."""
+    proposals skipped as known failures or resolved as repeats cost nothing; confirm runs
+    are not the sweep's."""
     return t.state in (TrialState.COMPLETE, TrialState.PRUNED) and \
-        not t.user_attrs.get(A.SKIPPED) and not t.user_attrs.get(A.CONFIRM)
+        not t.user_attrs.get(A.SKIPPED) and not t.user_attrs.get(A.CONFIRM) \
+        and not t.user_attrs.get(A.REPEAT_OF)
 
 
 def finished_count(study: optuna.Study) -> int:

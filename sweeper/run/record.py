@@ -119,6 +119,14 @@ class Recorder:
             values[A.LOG_TAIL] = self.scrub(log_tail)[-LOG_TAIL_CHARS:]
         self._end(slot, values, TrialState.PRUNED, None, 1.0, [self._log_artifact(slot, log)])
 
+    def repeat(self, slot: Slot, value: float, of: list[int]) -> None:
+        """An accidental repeat of a measured configuration, resolved without a restart:
+        the sampler is told the mean of what the earlier trials were told."""
+        if slot.trial is not None:
+            slot.trial.set_constraint("failed", 0.0)
+        self.set(slot, **{A.CONSTRAINT_MIRROR: 0.0, A.REPEAT_OF: list(of)})
+        self.study.tell(slot.number, value)
+
     def fail(self, slot: Slot, kind: str, message: str, *, log: str | None = None) -> None:
         """Not the configuration's fault: FAIL (the caller re-queues the parameters)."""
         self.set(slot, **{A.FAILURE: kind, A.FAILURE_MSG: self.scrub(message)[:MESSAGE_CHARS]})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import statistics
 import sys
 import time
 from collections import Counter
@@ -62,6 +63,10 @@ from sweeper.study import HostSpec, StudySpec, placeholder_message
 from sweeper.study.base import public_url
 
 SKIP_LIMIT_FACTOR = 10
+# An accidental repeat of a measured configuration is resolved without a restart this many
+# times in a row; the next one is measured (a sampler that insists gets its replicate), so
+# the loop always moves on.
+REPEAT_LIMIT = 5
 
 
 class SweepAborted(SweeperError):
@@ -87,6 +92,7 @@ class SweepSummary:
     complete: int = 0
     pruned: Counter[str] = field(default_factory=Counter)
     skipped: int = 0
+    repeats: int = 0  # accidental repeats resolved without a restart
     failed: int = 0
     retried: int = 0
     reconciled: int = 0
@@ -150,6 +156,7 @@ class Sweep:
         self._secrets = LaunchConfig(spec.server.launcher, dict(spec.server.args),
                                      {k: str(v) for k, v in spec.server.env.items()})
         self.memory = FailureMemory()
+        self._repeats_in_a_row = 0
 
     # --- set-up -------------------------------------------------------------------------
     def open(self, require_existing: bool = False, fresh: bool = False,
@@ -275,7 +282,8 @@ class Sweep:
         for t in self.study.get_trials(deepcopy=False,
                                        states=(TrialState.COMPLETE, TrialState.PRUNED)):
             ua = t.user_attrs
-            if A.CONFIG_ID in ua and not ua.get(A.SKIPPED) and not ua.get(A.CONFIRM):
+            if A.CONFIG_ID in ua and not ua.get(A.SKIPPED) and not ua.get(A.CONFIRM) \
+                    and not ua.get(A.REPEAT_OF):
                 self.memory.add(t.number, ua[A.CONFIG_ID], ua.get(A.EFFECTIVE, {}),
                                 ua.get(A.FAILURE) if t.state == TrialState.PRUNED else None)
         budget = Budget.of(self.study, self.options.trials)
@@ -295,6 +303,8 @@ class Sweep:
                         self.summary.stopped_because = "timeout"
                         break
                     outcome = self._one_trial()
+                    if outcome == "repeat":
+                        continue
                     if outcome == "skipped":
                         if self.summary.skipped > SKIP_LIMIT_FACTOR * self._todo + 100:
                             raise SweepAborted(
@@ -302,6 +312,7 @@ class Sweep:
                                 "known to fail; the space left may be too small or mostly "
                                 "failing: narrow the space in the study file")
                         continue
+                    self._repeats_in_a_row = 0  # a restart: repeats count afresh
                     self.report.progress(self.summary.finished, self._todo)
                     consecutive = 0 if outcome == "complete" else consecutive + 1
                     if consecutive >= self.spec.sweep.max_consecutive_failures:
@@ -349,6 +360,19 @@ class Sweep:
                             command=config.command_line(self.python))
         label = f"{prefix}{R.short_params(effective)}: "
 
+        if role == A.SAMPLER and not trial.user_attrs.get(A.REPLICATE):
+            earlier = self._measured(cid)
+            if earlier and self._repeats_in_a_row < REPEAT_LIMIT:
+                # the sampler proposed a configuration already measured, by accident:
+                # tell it what that configuration gave instead of paying a restart
+                value = statistics.fmean(v for _, v in earlier)
+                self.recorder.repeat(slot, value, [n for n, _ in earlier])
+                self._repeats_in_a_row += 1
+                self.summary.repeats += 1
+                trials = ", ".join(str(n) for n, _ in earlier)
+                self._line(f"{label}[yellow]repeat, no restart[/]: measured in trial "
+                           f"{trials}; told the sampler their mean {value:.1f}")
+                return "repeat"
         predicted = self.memory.predict(cid, effective)
         if predicted is not None:
             # Known to fail: no restart wasted on it. Recorded (the sampler learns from
@@ -409,6 +433,13 @@ class Sweep:
         self.memory.add(trial.number, cid, effective, None)
         self._complete(slot, m, label)
         return "complete"
+
+    def _measured(self, cid: str) -> list[tuple[int, float]]:
+        """(trial number, value told) of every measurement of configuration ``cid``."""
+        return [(t.number, float(t.value)) for t in
+                self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if t.value is not None and t.user_attrs.get(A.CONFIG_ID) == cid
+                and not t.user_attrs.get(A.REPEAT_OF)]
 
     def _complete(self, slot: Slot, m: Any, label: str) -> None:
         runs = [r.tok_s for r in m.bench.runs if r.counted]
