@@ -17,6 +17,9 @@ SERVER = "server"  # ServerHandle.to_attrs(): enough to find and stop the server
 ATTEMPT = "attempt"  # how many times an infrastructure fault re-queued these params
 RETRY_OF = "retry_of"  # the trial number this one repeats
 CONFIRM = "confirm"  # True on the confirm phase's fresh measurements
+# A deliberate replicate (racing, search/model/): {"of": [trials of the configuration],
+# "reason": "..."}; a repeat without it is an accident
+REPLICATE = "replicate"
 
 RUNS = "tok_s_runs"  # per-run tok/s of the counted runs
 TOK_S_MEAN = "tok_s_mean"

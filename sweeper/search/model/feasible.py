@@ -1,0 +1,90 @@
+"""Which configurations will fail to serve, learned from the ones that did.
+
+A logistic regression on the same encoding as the factors (every knob value a one-hot) plus
+the speculative sizes (steps, draft tokens, steps x topk: what memory and CUDA-graph
+capture grow with) and the draft TP. A value is blamed for failures only as far as it
+explains them: present in the failures and absent from the successes. Two rules come on
+top, each a physical reason rather than a statistical guess:
+
+* a configuration that failed before fails again;
+* out of memory is monotone: at least as many steps, draft tokens and topk as a
+  configuration that ran out of memory, all else equal, runs out too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from scipy.optimize import minimize
+
+from sweeper.search.model.data import History, Shape, others
+from sweeper.search.model.encode import Batch, Encoder
+
+L2 = 1.0  # per weight; the intercept is free
+PRIOR_FAIL = 0.15  # before any outcome: most configurations of a sane space serve
+OOM_KINDS = ("oom",)
+
+
+def _size_features(enc: Encoder, shapes: Sequence[Shape], ix: np.ndarray) -> np.ndarray:
+    rows = np.array([[s.steps / enc.max_steps, s.draft / enc.max_draft,
+                      s.steps * s.topk / (enc.max_steps * enc.max_topk)]
+                     + [float(s.draft_tp == tp) for tp in enc.tp_values] for s in shapes])
+    return rows[ix]
+
+
+class Feasibility:
+    def __init__(self, enc: Encoder, history: History) -> None:
+        self.enc = enc
+        outs = [o for o in history.outcomes if enc.shape(o.effective) is not None]
+        self.failed_ids = {o.config_id for o in outs if o.failed}
+        self.ooms = [(enc.shape(o.effective), others(o.effective)) for o in outs
+                     if o.failed and o.kind in OOM_KINDS]
+        self.w: np.ndarray | None = None
+        if not outs:
+            return
+        batch = Batch(enc, [o.effective for o in outs])
+        F = self._features(batch)
+        y = np.array([float(o.failed) for o in outs])
+
+        def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
+            z = F @ w
+            p = 1.0 / (1.0 + np.exp(-z))
+            nll = float(np.sum(np.logaddexp(0.0, z) - y * z))
+            reg = L2 * float(w[1:] @ w[1:]) / 2 + (w[0] - self._prior0) ** 2 / 8
+            grad = F.T @ (p - y)
+            grad[1:] += L2 * w[1:]
+            grad[0] += (w[0] - self._prior0) / 4
+            return nll + reg, grad
+
+        w0 = np.zeros(F.shape[1])
+        w0[0] = self._prior0
+        self.w = minimize(loss, w0, jac=True, method="L-BFGS-B").x
+
+    _prior0 = float(np.log(PRIOR_FAIL / (1 - PRIOR_FAIL)))
+
+    def _features(self, batch: Batch) -> np.ndarray:
+        size = _size_features(self.enc, batch.shapes, batch.shape_ix)
+        return np.hstack([np.ones((len(batch), 1)), size, batch.Z])
+
+    def p_fail(self, batch: Batch, config_ids: Sequence[str]) -> np.ndarray:
+        if self.w is None:
+            p = np.full(len(batch), PRIOR_FAIL)
+        else:
+            p = 1.0 / (1.0 + np.exp(-(self._features(batch) @ self.w)))
+        for i, cid in enumerate(config_ids):
+            if cid in self.failed_ids:
+                p[i] = 1.0
+        if self.ooms:
+            p = np.maximum(p, self._oom_dominated(batch) * 0.95)
+        return p
+
+    def _oom_dominated(self, batch: Batch) -> np.ndarray:
+        out = np.zeros(len(batch), dtype=bool)
+        for fs, frest in self.ooms:
+            if fs is None:
+                continue
+            key = repr(sorted((k, str(v)) for k, v in frest.items()))
+            out |= ((batch.rest == key) & (batch.tp == fs.draft_tp)
+                    & (batch.sizes >= [fs.steps, fs.topk, fs.draft]).all(1))
+        return out.astype(float)
