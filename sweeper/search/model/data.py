@@ -99,7 +99,7 @@ class History:
 
     observations: list[Observation]
     outcomes: list[Outcome]
-    skipped: set[str]
+    skipped: dict[str, dict[str, Any]]  # config_id -> effective: the sweep will not run it
     baseline: Observation | None
     failed_ids: set[str]
 
@@ -113,7 +113,7 @@ class History:
 def read_history(trials: Sequence[FrozenTrial]) -> History:
     obs: dict[str, Observation] = {}
     outcomes: dict[str, Outcome] = {}
-    skipped: set[str] = set()
+    skipped: dict[str, dict[str, Any]] = {}
     baseline: Observation | None = None
     for t in trials:
         ua = t.user_attrs
@@ -123,7 +123,7 @@ def read_history(trials: Sequence[FrozenTrial]) -> History:
         eff = dict(ua.get(A.EFFECTIVE) or {})
         if t.state == TrialState.PRUNED:
             if ua.get(A.SKIPPED):
-                skipped.add(cid)
+                skipped[cid] = eff
             elif cid not in outcomes or not outcomes[cid].failed:
                 outcomes[cid] = Outcome(cid, eff, True, ua.get(A.FAILURE))
             continue

@@ -67,18 +67,23 @@ class Encoder:
 
     # --- the other knobs as factors -----------------------------------------------------
     def factor_size(self) -> int:
-        return len(self.levels) + len(self.numeric)
+        return (len(self.levels) + len(self.numeric)) * max(len(self.tp_values), 1)
 
     def factor_features(self, eff: Mapping[str, Any]) -> np.ndarray:
-        row = np.zeros(self.factor_size())
+        """Each knob value's own factor, then the same again per draft TP but the first:
+        a knob such as NCCL's algorithm may act on the draft's communication only, which
+        exists at one draft TP and not at another."""
+        base = np.zeros(len(self.levels) + len(self.numeric))
         for k, v in others(eff).items():
             i = self.level_index.get((k, str(v)))
             if i is not None:
-                row[i] = 1.0
+                base[i] = 1.0
             elif k in self.numeric and _is_number(v):
                 lo, hi = self.numeric[k]
-                row[len(self.levels) + list(self.numeric).index(k)] = (float(v) - lo) / (hi - lo)
-        return row
+                base[len(self.levels) + list(self.numeric).index(k)] = (float(v) - lo) / (hi - lo)
+        s = self.shape(eff)
+        inter = [base * float(s is not None and s.draft_tp == tp) for tp in self.tp_values[1:]]
+        return np.concatenate([base, *inter])
 
     # --- the residual's kernel space ----------------------------------------------------
     def kernel_features(self, eff: Mapping[str, Any]) -> np.ndarray:
@@ -90,7 +95,7 @@ class Encoder:
             phys += [float(s.draft_tp == tp) / math.sqrt(2) for tp in self.tp_values]
         else:
             phys = [0.0, 0.0, 0.0] + [0.0] * len(self.tp_values)
-        f = self.factor_features(eff)
+        f = self.factor_features(eff)[:len(self.levels) + len(self.numeric)]
         f[:len(self.levels)] /= math.sqrt(2)  # one value for another: distance 1
         return np.concatenate([np.asarray(phys), f])
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.optimize import minimize
 
 from sweeper.search.model.data import History, Shape, others
 from sweeper.search.model.encode import Batch, Encoder
@@ -41,25 +40,16 @@ class Feasibility:
         self.ooms = [(enc.shape(o.effective), others(o.effective)) for o in outs
                      if o.failed and o.kind in OOM_KINDS]
         self.w: np.ndarray | None = None
-        if not outs:
+        # a skipped proposal would be skipped again: as good as a failure to the search
+        rows = [(o.effective, o.failed) for o in outs] + [
+            (e, True) for c, e in history.skipped.items() if enc.shape(e) is not None]
+        if not rows:
             return
-        batch = Batch(enc, [o.effective for o in outs])
+        batch = Batch(enc, [e for e, _ in rows])
         F = self._features(batch)
-        y = np.array([float(o.failed) for o in outs])
+        y = np.array([float(f) for _, f in rows])
 
-        def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
-            z = F @ w
-            p = 1.0 / (1.0 + np.exp(-z))
-            nll = float(np.sum(np.logaddexp(0.0, z) - y * z))
-            reg = L2 * float(w[1:] @ w[1:]) / 2 + (w[0] - self._prior0) ** 2 / 8
-            grad = F.T @ (p - y)
-            grad[1:] += L2 * w[1:]
-            grad[0] += (w[0] - self._prior0) / 4
-            return nll + reg, grad
-
-        w0 = np.zeros(F.shape[1])
-        w0[0] = self._prior0
-        self.w = minimize(loss, w0, jac=True, method="L-BFGS-B").x
+        self.w = _logistic(F, y, self._prior0)
 
     _prior0 = float(np.log(PRIOR_FAIL / (1 - PRIOR_FAIL)))
 
@@ -88,3 +78,23 @@ class Feasibility:
             out |= ((batch.rest == key) & (batch.tp == fs.draft_tp)
                     & (batch.sizes >= [fs.steps, fs.topk, fs.draft]).all(1))
         return out.astype(float)
+
+
+def _logistic(F: np.ndarray, y: np.ndarray, prior0: float, iters: int = 25) -> np.ndarray:
+    """L2-penalised logistic regression by Newton's method (tens of rows: exact and fast);
+    the intercept is pulled weakly towards ``prior0``."""
+    k = F.shape[1]
+    pen = np.full(k, L2)
+    pen[0] = 0.25
+    center = np.zeros(k)
+    center[0] = prior0
+    w = center.copy()
+    for _ in range(iters):
+        p = 1.0 / (1.0 + np.exp(-(F @ w)))
+        grad = F.T @ (p - y) + pen * (w - center)
+        H = (F * (p * (1 - p))[:, None]).T @ F + np.diag(pen)
+        step = np.linalg.solve(H, grad)
+        w -= step
+        if float(np.abs(step).max()) < 1e-6:
+            break
+    return w

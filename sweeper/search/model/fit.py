@@ -31,7 +31,7 @@ from sweeper.search.model.encode import Batch, Encoder
 from sweeper.search.model.kernel import GP, fit_gp
 
 CYCLE_RIDGE = 1e-3  # relative to the data's scale: only breaks ties between collinear terms
-FACTOR_RIDGE = 1.0  # a factor needs a few measurements before it moves far from 1
+FACTOR_SD = 0.05  # prior sd of one knob value's log factor: "a setting may be worth 5%"
 NOVEL_SD = 0.05  # a value never measured may be this far (log) from what the rest says
 ALTERNATIONS = 6
 
@@ -41,6 +41,7 @@ class Physics:
     accept: AcceptModel
     cycle_w: np.ndarray  # NNLS coefficients over Encoder.cycle_features
     factor_g: np.ndarray  # log factors over Encoder.factor_features
+    factor_cov: np.ndarray  # their posterior covariance (Bayesian ridge)
 
 
 def _nnls_ridge(X: np.ndarray, y: np.ndarray, lam: float) -> np.ndarray:
@@ -52,15 +53,20 @@ def _nnls_ridge(X: np.ndarray, y: np.ndarray, lam: float) -> np.ndarray:
     return w
 
 
-def _ridge(Z: np.ndarray, r: np.ndarray, lam: float) -> np.ndarray:
+def _bayes_ridge(Z: np.ndarray, r: np.ndarray, noise: np.ndarray,
+                 prior_sd: float) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior mean and covariance of g in r = Z g + e, e ~ N(0, noise), g ~ N(0, sd^2)."""
     k = Z.shape[1]
     if k == 0:
-        return np.zeros(0)
-    return np.linalg.solve(Z.T @ Z + lam * np.eye(k), Z.T @ r)
+        return np.zeros(0), np.zeros((0, 0))
+    P = (Z / noise[:, None]).T @ Z + np.eye(k) / prior_sd**2
+    cov = np.linalg.inv(P)
+    return cov @ (Z.T @ (r / noise)), cov
 
 
 def fit_physics(enc: Encoder, shapes: Sequence[Shape], effs: Sequence[Mapping[str, Any]],
-                tok_s: np.ndarray, accepts: Sequence[float | None]) -> Physics:
+                tok_s: np.ndarray, accepts: Sequence[float | None],
+                noise: np.ndarray) -> Physics:
     with_acc = [(s, a) for s, a in zip(shapes, accepts, strict=True) if a]
     accept = fit_acceptance([s for s, _ in with_acc], [a for _, a in with_acc], enc.max_steps)
     # tokens per cycle: the measured accept length where there is one (it is the trial's
@@ -71,14 +77,15 @@ def fit_physics(enc: Encoder, shapes: Sequence[Shape], effs: Sequence[Mapping[st
     X = np.array([enc.cycle_features(s) for s in shapes])
     Z = np.array([enc.factor_features(e) for e in effs]).reshape(len(effs), enc.factor_size())
     g = np.zeros(Z.shape[1])
+    cov = np.zeros((Z.shape[1], Z.shape[1]))
     w = np.zeros(X.shape[1])
     for _ in range(ALTERNATIONS):
         target = cycle * np.exp(-Z @ g)
         wt = 1.0 / target  # relative errors: a slow configuration weighs no more
         w = _nnls_ridge(X * wt[:, None], target * wt, CYCLE_RIDGE)
         base = np.maximum(X @ w, 1e-12)
-        g = _ridge(Z, np.log(cycle / base), FACTOR_RIDGE)
-    return Physics(accept, w, g)
+        g, cov = _bayes_ridge(Z, np.log(cycle / base), noise, FACTOR_SD)
+    return Physics(accept, w, g, cov)
 
 
 class Predictor:
@@ -94,12 +101,13 @@ class Predictor:
         if not obs:
             return
         batch = Batch(enc, [o.effective for o in obs])
-        self.physics = fit_physics(enc, [batch.shapes[i] for i in batch.shape_ix],
-                                   [o.effective for o in obs],
-                                   np.array([o.mean for o in obs]), [o.accept for o in obs])
-        y = np.array([o.log_mean for o in obs])
         floor = max(0.5 * history.spread, 0.005)
         noise = np.array([o.log_se2(floor) for o in obs])
+        self.physics = fit_physics(enc, [batch.shapes[i] for i in batch.shape_ix],
+                                   [o.effective for o in obs],
+                                   np.array([o.mean for o in obs]), [o.accept for o in obs],
+                                   noise)
+        y = np.array([o.log_mean for o in obs])
         self.gp = fit_gp(batch.U, y - self.prior_mean(batch), noise)
 
     @property
@@ -121,4 +129,6 @@ class Predictor:
         mu_r, var_r = self.gp.predict(batch.U)
         unseen = np.array([lv not in self.seen for lv in batch.universe], dtype=float)
         novel = batch.L.astype(float) @ unseen if len(unseen) else np.zeros(len(batch))
-        return self.prior_mean(batch) + mu_r, np.sqrt(var_r + novel * NOVEL_SD**2)
+        assert self.physics is not None
+        var_f = ((batch.Z @ self.physics.factor_cov) * batch.Z).sum(1)
+        return self.prior_mean(batch) + mu_r, np.sqrt(var_r + var_f + novel * NOVEL_SD**2)

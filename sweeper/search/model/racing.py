@@ -3,7 +3,7 @@
 Pure statistics on pooled runs (log scale: throughput errors are relative). The leader is
 the best pooled mean, as the verdict picks it (results/verdict.py). A challenger whose
 interval overlaps the leader's may truly be the better one; the expected loss of keeping
-the leader, ``E[max(0, mu_j - mu_leader)]``, is what one more measurement of the less
+the leader, ``E[max(0, mu_j - mu_leader - indifference)]``, is what one more measurement of the less
 measured of the two can recover. The sampler weighs it against what exploring a new
 configuration is expected to gain (expected improvement), in the same units.
 """
@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from scipy.stats import norm
 
 CHALLENGERS = 4  # beyond the top few, a replicate almost never changes the pick
+# Indifference zone (log tok/s): a challenger truly ahead by less than this is as good a
+# pick as the leader; only what the decision loses beyond it is worth a replicate
+INDIFFERENCE = 0.005
 
 
 @dataclass(frozen=True)
@@ -54,20 +57,31 @@ class RaceCall:
     against: str  # the leader, or the challenger it races
 
 
-def race(arms: Sequence[Arm], floor_cv: float) -> RaceCall | None:
-    """The replicate that most reduces the decision's expected loss, or None when the
-    leader's interval overlaps no challenger's."""
+def race(arms: Sequence[Arm], floor_cv: float,
+         belief: Mapping[str, tuple[float, float]] | None = None) -> RaceCall | None:
+    """The replicate that most reduces the decision's expected loss, or None when there
+    is no challenger. The leader is the best pooled mean (the verdict's pick).
+    ``belief``: the model's posterior (mean, sd) of log tok/s per configuration; it knows
+    what a configuration's neighbours say, so a good configuration measured low once
+    still challenges. Without it, the pooled runs alone."""
     if len(arms) < 2:
         return None
-    ranked = sorted(arms, key=lambda a: a.mean, reverse=True)
-    lead = ranked[0]
+    lead = max(arms, key=lambda a: a.mean)
+
+    def post(a: Arm) -> tuple[float, float]:
+        if belief is not None and a.key in belief:
+            return belief[a.key]
+        return math.log(a.mean), math.sqrt(a.se2(floor_cv))
+
+    ml, sl = post(lead)
+    rivals = sorted((a for a in arms if a.key != lead.key), key=lambda a: post(a)[0],
+                    reverse=True)[:CHALLENGERS]
     best: RaceCall | None = None
-    for c in ranked[1:1 + CHALLENGERS]:
-        d = math.log(c.mean) - math.log(lead.mean)
-        se_l, se_c = lead.se2(floor_cv), c.se2(floor_cv)
-        loss = _expected_excess(d, math.sqrt(se_l + se_c))
-        # measuring the noisier of the two shrinks the interval of the difference most
-        pick, other = (lead, c) if se_l >= se_c else (c, lead)
+    for c in rivals:
+        mc, sc = post(c)
+        loss = _expected_excess(mc - ml - INDIFFERENCE, math.sqrt(sl**2 + sc**2))
+        # measuring the less measured of the two shrinks the interval of the difference most
+        pick, other = (lead, c) if lead.se2(floor_cv) >= c.se2(floor_cv) else (c, lead)
         if best is None or loss > best.value:
             best = RaceCall(pick.key, loss, other.key)
     return best

@@ -43,11 +43,11 @@ from scipy.stats import norm
 
 from sweeper.results import attrs as A
 from sweeper.search.model.candidates import Candidate, enumerate_candidates
-from sweeper.search.model.data import read_history
+from sweeper.search.model.data import History, read_history
 from sweeper.search.model.encode import Batch, Encoder
 from sweeper.search.model.feasible import Feasibility
 from sweeper.search.model.fit import Predictor
-from sweeper.search.model.racing import Arm, race, study_spread
+from sweeper.search.model.racing import Arm, RaceCall, race, study_spread
 from sweeper.search.space import SearchSpace
 
 MAX_P_FAIL = 0.5  # never propose what is more likely to fail than to serve
@@ -171,7 +171,7 @@ class ModelSampler(BaseSampler):
         ei = sd * (z * norm.cdf(z) + norm.pdf(z)) * (1.0 - p_fail)
         ei = np.where(open_, ei, -1.0)
         explore = float(ei.max()) * self._endgame(study, finished)
-        call = self._race(history)
+        call = self._race(history, model)
         if call is not None and (call.value > explore or not open_.any()):
             obs = next(o for o in model.obs if o.config_id == call.key)
             params = dict(next(t for t in trials if t.number == obs.trials[0]).params)
@@ -184,16 +184,22 @@ class ModelSampler(BaseSampler):
         pick = cands[int(self._rng.choice(best))]
         return Plan(dict(pick.params))
 
-    def _race(self, history: Any) -> Any:
+    def _race(self, history: History, model: Predictor) -> RaceCall | None:
         arms = [Arm(o.config_id, tuple(o.runs)) for o in history.observations]
         if history.baseline is not None:
             arms.append(Arm(history.baseline.config_id, tuple(history.baseline.runs)))
-        floor = study_spread(arms)
-        call = race(arms, floor)
+        mean, sd = model.predict(Batch(self._enc_or_fail(), [o.effective for o in model.obs]))
+        belief = {o.config_id: (float(m), float(s))
+                  for o, m, s in zip(model.obs, mean, sd, strict=True)}
+        call = race(arms, study_spread(arms), belief)
         if call is None or history.baseline is not None and \
                 call.key == history.baseline.config_id:
             return None
         return call
+
+    def _enc_or_fail(self) -> Encoder:
+        assert self._enc is not None
+        return self._enc
 
     @staticmethod
     def _endgame(study: optuna.Study, finished: int) -> float:
