@@ -46,7 +46,7 @@ from search_efficiency import GroundTruth, confirm_pick, demo_study, kimi_study 
 
 from sweeper.results import attrs as A  # noqa: E402
 from sweeper.search.failures import FailureMemory  # noqa: E402
-from sweeper.search.model.racing import Arm, p_within, study_spread  # noqa: E402
+from sweeper.measure.stats import p_within  # noqa: E402
 from sweeper.search.sampler import make_sampler  # noqa: E402
 from sweeper.sim import model as M  # noqa: E402
 
@@ -157,15 +157,13 @@ def bench(name: str, truth: GroundTruth, strategies: list[str], seeds: int,
         for seed in range(seeds):
             out = sweep(truth, strategy, seed, BUDGET - cost)
             pool = out["pool"]
-            arms = [Arm(c, tuple(r)) for c, r in pool.items()]
             if confirm == "check":
                 pick = max(pool, key=lambda c: statistics.fmean(pool[c]))
             else:
                 pick, _ = confirm_pick(records_for_confirm(pool), truth, seed)
                 pick = pick or max(pool, key=lambda c: statistics.fmean(pool[c]))
             gaps.append(truth.true_tok_s(pick) / opt - 1)
-            best_arm = next(a for a in arms if a.key == pick)
-            sure.append(p_within(best_arm, arms, 0.01, study_spread(arms)))
+            sure.append(p_within(pool[pick], [r for c, r in pool.items() if c != pick]))
             lates.append(out["late_fails"] / max(out["trials"] - 10, 1))
             reps.append(out["replicates"])
             skips.append(out["skips"])

@@ -73,12 +73,13 @@ class Observation:
     def log_mean(self) -> float:
         return math.log(self.mean)
 
-    def log_se2(self, floor_cv: float) -> float:
-        """Squared standard error of log(mean): the relative spread over the runs, with
-        ``floor_cv`` as the least spread believed (a few runs can agree by chance)."""
+    def log_se2(self, spread: float) -> float:
+        """Squared standard error of log(mean). ``spread``: the study's typical relative
+        run-to-run spread: three runs' own spread is itself too noisy to trust (they can
+        agree by chance), and one server's spread hardly depends on the configuration."""
         n = len(self.runs)
-        cv = statistics.stdev(self.runs) / self.mean if n > 1 else floor_cv
-        return max(cv, floor_cv) ** 2 / n
+        own = statistics.stdev(self.runs) / self.mean if n >= 8 else spread
+        return max(own, spread) ** 2 / n
 
     @property
     def accept(self) -> float | None:

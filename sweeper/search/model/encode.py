@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from sweeper.search.model.data import Shape, others
+from sweeper.study import ENV_PREFIX
 
 NUMERIC_LEVELS = 8  # a numeric knob with more distinct values is a slope, not levels
 
@@ -52,16 +53,19 @@ class Encoder:
 
     # --- the cycle's linear features (all contributions >= 0) ------------------------
     def cycle_names(self) -> list[str]:
-        names = ["fixed", "verify per draft token", "draft steps x (topk - 1)", "tree"]
+        names = ["fixed", "verify per draft token", "tree"]
         names += [f"draft step at draft TP {tp}" for tp in self.tp_values]
+        names += [f"draft step x (topk - 1) at draft TP {tp}" for tp in self.tp_values]
         names += [f"per cycle at draft TP {tp}" for tp in self.tp_values[1:]]
         return names
 
     def cycle_features(self, s: Shape) -> np.ndarray:
         tps = self.tp_values
-        row = [1.0, s.draft / self.max_draft, s.steps * (s.topk - 1) / (
-            self.max_steps * max(self.max_topk - 1, 1)), float(s.topk > 1)]
+        row = [1.0, s.draft / self.max_draft, float(s.topk > 1)]
         row += [s.steps / self.max_steps * (s.draft_tp == tp) for tp in tps]
+        # a wider draft computes more per step: part of the draft step, at its TP
+        wide = s.steps * (s.topk - 1) / (self.max_steps * max(self.max_topk - 1, 1))
+        row += [wide * (s.draft_tp == tp) for tp in tps]
         row += [float(s.draft_tp == tp) for tp in tps[1:]]
         return np.asarray(row)
 
@@ -130,8 +134,10 @@ class Batch:
         # for rules over sizes: every configuration's numbers, and the rest as one key
         self.sizes = np.array([[s.steps, s.topk, s.draft] for s in shapes]).reshape(-1, 3)
         self.tp = np.array([s.draft_tp for s in shapes], dtype=object)  # type: ignore[union-attr]
-        rest = [repr(sorted((k, str(v)) for k, v in others(e).items())) for e in self.effs]
-        self.rest = np.array(rest, dtype=object)
+        rest = [sorted((k, str(v)) for k, v in others(e).items()) for e in self.effs]
+        self.rest = np.array([repr(r) for r in rest], dtype=object)
+        self.flags = np.array([repr([kv for kv in r if not kv[0].startswith(ENV_PREFIX)])
+                               for r in rest], dtype=object)  # the rest but env.*
         levels = [enc.levels_of(e) for e in self.effs]
         self.universe = sorted(set().union(*levels)) if levels else []
         pos = {lv: i for i, lv in enumerate(self.universe)}

@@ -19,8 +19,9 @@ import numpy as np
 
 from sweeper.search.model.data import History, Shape, others
 from sweeper.search.model.encode import Batch, Encoder
+from sweeper.study import ENV_PREFIX
 
-L2 = 1.0  # per weight; the intercept is free
+L2 = 0.5  # per weight; the intercept only weakly held at the prior
 PRIOR_FAIL = 0.15  # before any outcome: most configurations of a sane space serve
 OOM_KINDS = ("oom",)
 
@@ -55,7 +56,8 @@ class Feasibility:
 
     def _features(self, batch: Batch) -> np.ndarray:
         size = _size_features(self.enc, batch.shapes, batch.shape_ix)
-        return np.hstack([np.ones((len(batch), 1)), size, batch.Z])
+        main = batch.Z[:, :len(self.enc.levels) + len(self.enc.numeric)]  # no interactions
+        return np.hstack([np.ones((len(batch), 1)), size, main])
 
     def p_fail(self, batch: Batch, config_ids: Sequence[str]) -> np.ndarray:
         if self.w is None:
@@ -66,18 +68,31 @@ class Feasibility:
             if cid in self.failed_ids:
                 p[i] = 1.0
         if self.ooms:
-            p = np.maximum(p, self._oom_dominated(batch) * 0.95)
+            p = np.maximum(p, self._oom_dominated(batch))
         return p
 
     def _oom_dominated(self, batch: Batch) -> np.ndarray:
-        out = np.zeros(len(batch), dtype=bool)
+        """0.95 when all else is equal; 0.8 when only environment variables differ (most,
+        such as NCCL's algorithm, do not change memory; a few might)."""
+        out = np.zeros(len(batch))
         for fs, frest in self.ooms:
             if fs is None:
                 continue
-            key = repr(sorted((k, str(v)) for k, v in frest.items()))
-            out |= ((batch.rest == key) & (batch.tp == fs.draft_tp)
-                    & (batch.sizes >= [fs.steps, fs.topk, fs.draft]).all(1))
-        return out.astype(float)
+            larger = (batch.tp == fs.draft_tp) & \
+                (batch.sizes >= [fs.steps, fs.topk, fs.draft]).all(1)
+            same = batch.rest == _key(frest)
+            flags = batch.flags == _key(_flags(frest))
+            out = np.maximum(out, np.where(larger & same, 0.95,
+                                           np.where(larger & flags, 0.8, 0.0)))
+        return out
+
+
+def _flags(rest: dict) -> dict:
+    return {k: v for k, v in rest.items() if not k.startswith(ENV_PREFIX)}
+
+
+def _key(rest: dict) -> str:
+    return repr(sorted((k, str(v)) for k, v in rest.items()))
 
 
 def _logistic(F: np.ndarray, y: np.ndarray, prior0: float, iters: int = 25) -> np.ndarray:

@@ -31,7 +31,8 @@ from sweeper.search.model.encode import Batch, Encoder
 from sweeper.search.model.kernel import GP, fit_gp
 
 CYCLE_RIDGE = 1e-3  # relative to the data's scale: only breaks ties between collinear terms
-FACTOR_SD = 0.05  # prior sd of one knob value's log factor: "a setting may be worth 5%"
+CYCLE_PRIOR = 0.5  # prior sd of one cycle coefficient, as a fraction of a typical cycle
+FACTOR_SD = 0.04  # prior sd of one knob value's log factor: "a setting may be worth 4%"
 NOVEL_SD = 0.05  # a value never measured may be this far (log) from what the rest says
 ALTERNATIONS = 6
 
@@ -42,6 +43,14 @@ class Physics:
     cycle_w: np.ndarray  # NNLS coefficients over Encoder.cycle_features
     factor_g: np.ndarray  # log factors over Encoder.factor_features
     factor_cov: np.ndarray  # their posterior covariance (Bayesian ridge)
+    cycle_cov: np.ndarray  # the cycle coefficients' covariance (Laplace, see cycle_var)
+
+    def cycle_var(self, X: np.ndarray) -> np.ndarray:
+        """Variance of log cycle at rows X: J^T cov J with J = x / (w . x). A cost term
+        the data never pinned (a draft TP measured once, a tree at a draft TP never
+        tried) keeps its prior's width, so exploring it is worth something."""
+        J = X / np.maximum(X @ self.cycle_w, 1e-12)[:, None]
+        return ((J @ self.cycle_cov) * J).sum(1)
 
 
 def _nnls_ridge(X: np.ndarray, y: np.ndarray, lam: float) -> np.ndarray:
@@ -85,7 +94,12 @@ def fit_physics(enc: Encoder, shapes: Sequence[Shape], effs: Sequence[Mapping[st
         w = _nnls_ridge(X * wt[:, None], target * wt, CYCLE_RIDGE)
         base = np.maximum(X @ w, 1e-12)
         g, cov = _bayes_ridge(Z, np.log(cycle / base), noise, FACTOR_SD)
-    return Physics(accept, w, g, cov)
+    # Laplace approximation around the fit: log cycle_j ~ log(w . x_j), each coefficient
+    # a priori anywhere up to about the whole cycle (features are scaled to [0, 1])
+    J = X / np.maximum(X @ w, 1e-12)[:, None]
+    prior_sd = CYCLE_PRIOR * float(np.median(cycle))
+    P = (J / noise[:, None]).T @ J + np.eye(X.shape[1]) / prior_sd**2
+    return Physics(accept, w, g, cov, np.linalg.inv(P))
 
 
 class Predictor:
@@ -101,8 +115,7 @@ class Predictor:
         if not obs:
             return
         batch = Batch(enc, [o.effective for o in obs])
-        floor = max(0.5 * history.spread, 0.005)
-        noise = np.array([o.log_se2(floor) for o in obs])
+        noise = np.array([o.log_se2(max(history.spread, 0.005)) for o in obs])
         self.physics = fit_physics(enc, [batch.shapes[i] for i in batch.shape_ix],
                                    [o.effective for o in obs],
                                    np.array([o.mean for o in obs]), [o.accept for o in obs],
@@ -131,4 +144,6 @@ class Predictor:
         novel = batch.L.astype(float) @ unseen if len(unseen) else np.zeros(len(batch))
         assert self.physics is not None
         var_f = ((batch.Z @ self.physics.factor_cov) * batch.Z).sum(1)
-        return self.prior_mean(batch) + mu_r, np.sqrt(var_r + var_f + novel * NOVEL_SD**2)
+        var_c = self.physics.cycle_var(batch.X)[batch.shape_ix]
+        var = var_r + var_f + var_c + novel * NOVEL_SD**2
+        return self.prior_mean(batch) + mu_r, np.sqrt(var)

@@ -87,20 +87,6 @@ def race(arms: Sequence[Arm], floor_cv: float,
     return best
 
 
-def p_within(best: Arm, others: Sequence[Arm], tol: float, floor_cv: float) -> float:
-    """Estimated probability that ``best`` is truly within ``tol`` of every other
-    configuration measured (normal approximation on the log of pooled means; independent
-    comparisons multiplied, which errs on the side of less sure)."""
-    p = 1.0
-    for o in others:
-        if o.key == best.key:
-            continue
-        d = math.log(best.mean) - math.log(o.mean) - math.log(1.0 - tol)
-        se = math.sqrt(best.se2(floor_cv) + o.se2(floor_cv))
-        p *= float(norm.cdf(d / se)) if se > 0 else float(d >= 0)
-    return p
-
-
 def study_spread(arms: Sequence[Arm]) -> float:
     """Median relative spread of runs over configurations measured more than once."""
     cvs = [statistics.stdev(a.runs) / a.mean for a in arms if len(a.runs) > 1 and a.mean > 0]
