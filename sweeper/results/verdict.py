@@ -99,17 +99,24 @@ SURE_TOL = 0.01
 
 
 def _sure(best: ConfigResult | None, pool: Sequence[ConfigResult]) -> float | None:
-    rest = [r.runs for r in pool if best is not None and r.config_id != best.config_id
-            and r.runs]
-    if best is None or not rest:
+    """Every measurement of the winner (sweep, racing and confirm runs pooled) against
+    every other configuration measured that could win."""
+    if best is None:
         return None
-    return p_within(best.runs, rest, SURE_TOL)
+    mine = next((r for r in pool if r.config_id == best.config_id), best)
+    rest = [r.runs for r in pool if r.config_id != best.config_id and r.runs]
+    return p_within(mine.runs, rest, SURE_TOL) if rest else None
 
 
 def verdict(study: optuna.Study, objective: str = "mean",
             trials: Sequence[FrozenTrial] | None = None) -> Verdict:
     trials = trials if trials is not None else study.get_trials(deepcopy=False)
     confirmed = study.user_attrs.get(A.CONFIRMED)
+    results = config_results(trials)
+    # configurations the last confirm phase found lossy (outputs unlike the baseline's)
+    # never win, here either (run/confirm.py decides which)
+    lossy = set((confirmed or {}).get("lossless_mismatches") or {})
+    top = [r for r in ranked(results, objective) if r.config_id not in lossy]
     if confirmed:
         # the runs of the last confirm phase, exactly as its table showed them
         numbers = {n for ns in (confirmed.get("trials") or {}).values() for n in ns}
@@ -117,12 +124,7 @@ def verdict(study: optuna.Study, objective: str = "mean",
                                 and (not numbers or t.number in numbers)])
         winner = next((r for r in fresh if r.config_id == confirmed.get("winner")), None)
         if winner is not None:
-            return Verdict(winner, baseline_result(fresh), True, _sure(winner, fresh))
-    results = config_results(trials)
-    # configurations the last confirm phase found lossy (outputs unlike the baseline's)
-    # never win, here either (run/confirm.py decides which)
-    lossy = set((confirmed or {}).get("lossless_mismatches") or {})
-    top = [r for r in ranked(results, objective) if r.config_id not in lossy]
+            return Verdict(winner, baseline_result(fresh), True, _sure(winner, top))
     best = top[0] if top else None
     return Verdict(best, baseline_result(results), False, _sure(best, top))
 

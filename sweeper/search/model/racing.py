@@ -53,7 +53,7 @@ def _expected_excess(d: float, se: float) -> float:
 @dataclass(frozen=True)
 class RaceCall:
     key: str  # the configuration to measure again
-    value: float  # expected log tok/s the decision may be losing
+    value: float  # expected loss (log tok/s) of the decision this replicate removes
     against: str  # the leader, or the challenger it races
 
 
@@ -74,16 +74,22 @@ def race(arms: Sequence[Arm], floor_cv: float,
         return math.log(a.mean), math.sqrt(a.se2(floor_cv))
 
     ml, sl = post(lead)
+    per_trial = min(len(a.runs) for a in arms)  # what one more trial adds, in runs
     rivals = sorted((a for a in arms if a.key != lead.key), key=lambda a: post(a)[0],
                     reverse=True)[:CHALLENGERS]
     best: RaceCall | None = None
     for c in rivals:
         mc, sc = post(c)
-        loss = _expected_excess(mc - ml - INDIFFERENCE, math.sqrt(sl**2 + sc**2))
-        # measuring the less measured of the two shrinks the interval of the difference most
+        d = mc - ml - INDIFFERENCE
+        # measure the less measured of the two: it shrinks the difference's interval most
         pick, other = (lead, c) if lead.se2(floor_cv) >= c.se2(floor_cv) else (c, lead)
-        if best is None or loss > best.value:
-            best = RaceCall(pick.key, loss, other.key)
+        shrink = len(pick.runs) / (len(pick.runs) + per_trial)
+        s_now = math.sqrt(sl**2 + sc**2)
+        s_after = math.sqrt((sl**2 * shrink + sc**2) if pick is lead else (sl**2 + sc**2 * shrink))
+        # the value of the replicate: how much of the decision's expected loss it removes
+        value = _expected_excess(d, s_now) - _expected_excess(d, s_after)
+        if best is None or value > best.value:
+            best = RaceCall(pick.key, value, other.key)
     return best
 
 

@@ -85,6 +85,7 @@ class ModelSampler(BaseSampler):
         self._batch: Batch | None = None
         self._enc: Encoder | None = None
         self._plans: dict[int, Plan | None] = {}
+        self._sources: dict[int, str] = {}
 
     # --- Optuna's interface -------------------------------------------------------------
     def reseed_rng(self) -> None:
@@ -141,8 +142,16 @@ class ModelSampler(BaseSampler):
 
     def _plan(self, study: optuna.Study, trial: FrozenTrial) -> Plan | None:
         if trial.number not in self._plans:
-            self._plans[trial.number] = self._make_plan(study)
+            plan = self._make_plan(study)
+            self._plans[trial.number] = plan
+            self._sources[trial.number] = "tpe" if plan is None else \
+                "racing" if plan.replicate_of is not None else "model"
         return self._plans[trial.number]
+
+    def proposed_by(self, number: int) -> str | None:
+        """Who chose trial ``number``'s parameters in this process: "model", "racing",
+        "tpe" (start-up or nothing to model), or None (enqueued: nobody asked)."""
+        return self._sources.get(number)
 
     def _make_plan(self, study: optuna.Study) -> Plan | None:
         trials = study.get_trials(deepcopy=False)
