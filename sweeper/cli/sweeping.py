@@ -59,7 +59,7 @@ def optimize(
     storage: StorageOpt = None,
     # a plain string checked by make_sampler: a bad name is one line, not a usage block
     sampler: Annotated[str | None, typer.Option(
-        help=f"The search algorithm: {' or '.join(SAMPLERS)} (default: the study's "
+        help=f"The search algorithm: {', '.join(SAMPLERS)} (default: the study's "
              "sweep.sampler).")] = None,
     seed: Annotated[int | None, typer.Option(help="Sampler seed.")] = None,
     keep_best: Annotated[bool, typer.Option("--keep-best", help="Leave the best configuration "
@@ -114,13 +114,20 @@ def optimize(
         err.print(f"error: sweep stopped: {one_line(str(exc))}", markup=False, soft_wrap=True)
         raise typer.Exit(1) from None
     top = 0 if no_confirm else (spec.sweep.confirm_top if confirm is None else confirm)
+    rounds, runs = 2, spec.sweep.confirm_runs
+    if top > 0 and confirm is None and (sampler or spec.sweep.sampler) == "model":
+        # racing re-measured the overlapping leaders during the sweep: what is left for
+        # the confirm phase is the lossless check of the winner (2 restarts, not 2(K+1))
+        top, rounds, runs = 1, 1, spec.benchmark.runs
+        out.print("Racing settled the leaders during the sweep: the confirm phase checks "
+                  "the winner's temperature-0 outputs against the baseline's.")
     if top > 0 and summary.stopped_because != "interrupted":
         if not leaders(sweep.study, spec.benchmark.objective, top):
             out.print("Confirm phase skipped: no speculative configuration was measured.")
         elif leaders_changed(sweep.study, spec.benchmark.objective, top):
             # a kill from here on resumes the confirm phase, not a new batch of trials
             sweep.budget.save(sweep.study, trials, phase="confirm")
-            _confirm(sweep, top, spec.sweep.confirm_runs, reporter)
+            _confirm(sweep, top, runs, reporter, rounds)
         else:
             out.print(f"Confirm phase skipped: the top {top} are the configurations the last "
                       "confirm phase measured (`sweeper confirm` measures them again).")
@@ -129,14 +136,15 @@ def optimize(
     print_summary(out, summary, Headline.of(sweep.study, spec.benchmark.objective))
 
 
-def _confirm(sweep: Sweep, top: int, runs: int, reporter: ConsoleReporter) -> None:
+def _confirm(sweep: Sweep, top: int, runs: int, reporter: ConsoleReporter,
+             rounds: int = 2) -> None:
     from sweeper.run.confirm import print_confirm, run_confirm
 
     reporter.close()  # the sweep's bar is done; the confirm phase gets its own
     out.print(f"Confirm phase: the top {top} configurations and the baseline, {runs} runs "
               "each, interleaved.")
     try:
-        outcome = run_confirm(sweep, top, runs)
+        outcome = run_confirm(sweep, top, runs, rounds)
     except KeyboardInterrupt:
         reporter.close()
         sweep.stop_server()

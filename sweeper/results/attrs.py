@@ -19,6 +19,9 @@ RETRY_OF = "retry_of"  # the trial number this one repeats
 CONFIRM = "confirm"  # True on the confirm phase's fresh measurements
 REPLAYED_FROM = "replayed_from"  # measured in this trial, stored later (run/pending.py)
 REPLAY_ID = "replay_id"  # the kept record's id: a replay never writes it twice
+# A deliberate replicate (racing, search/model/): {"of": [trials of the configuration],
+# "reason": "..."}; a repeat without it is an accident
+REPLICATE = "replicate"
 
 RUNS = "tok_s_runs"  # per-run tok/s of the counted runs
 TOK_S_MEAN = "tok_s_mean"

@@ -35,12 +35,21 @@ class Headline:
     best: R.ConfigResult | None
     baseline: R.ConfigResult | None
     confirmed: bool
+    sure: float | None = None
 
     @classmethod
     def of(cls, study: optuna.Study, objective: str = "mean",
            trials: list[FrozenTrial] | None = None) -> Headline:
         v = R.verdict(study, objective, trials)
-        return cls(v.best, v.baseline, v.confirmed)
+        return cls(v.best, v.baseline, v.confirmed, v.sure)
+
+    def how_sure(self) -> str | None:
+        """``How sure: 87% that it is within 1% of every other configuration measured``"""
+        if self.sure is None or self.best is None:
+            return None
+        among = "in the confirm phase" if self.confirmed else "measured"
+        return (f"How sure: {self.sure:.0%} that it is within {R.SURE_TOL:.0%} of every "
+                f"other configuration {among} (pooled runs, normal approximation)")
 
     @property
     def speedup(self) -> Ratio | None:
@@ -75,6 +84,9 @@ class Headline:
                        f"{R.fmt_ratio(self.speedup)}")
         if self.confirmed:
             out.append("(the winner of the confirm phase, on its fresh interleaved runs)")
+        sure = self.how_sure()
+        if sure:
+            out.append(sure)
         return out
 
     def one_line(self) -> str:
@@ -83,7 +95,8 @@ class Headline:
             return "no configuration has completed yet"
         vs = f"; {R.fmt_ratio(self.speedup)} vs baseline" if self.speedup else ""
         how = "; confirmed on fresh runs" if self.confirmed else ""
-        return f"{self.label} — {self.figure()}{vs}{how}"
+        sure = f"; {self.sure:.0%} sure within {R.SURE_TOL:.0%}" if self.sure is not None else ""
+        return f"{self.label} — {self.figure()}{vs}{how}{sure}"
 
     def short(self) -> str:
         """The live output's label: ``best 535.6 ± 30.2 (trials 12, 30 pooled, +58.9%)``."""
@@ -106,6 +119,8 @@ class Headline:
                                            if self.speedup and self.baseline else "")]
         if self.confirmed:
             parts += ["", "Decided by the confirm phase on fresh, interleaved runs."]
+        if self.how_sure():
+            parts += ["", str(self.how_sure())]
         parts += ["", f"Export it: `sweeper export --study {name} -o best.yaml`"]
         single = _best_single(study)
         if single is not None and single.number not in self.best.trials:

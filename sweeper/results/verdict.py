@@ -15,7 +15,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from sweeper.measure.stats import Ratio, Stats, speedup, summarize
+from sweeper.measure.stats import Ratio, Stats, p_within, speedup, summarize
 from sweeper.results import attrs as A
 
 
@@ -91,12 +91,33 @@ class Verdict:
     best: ConfigResult | None
     baseline: ConfigResult | None
     confirmed: bool
+    # estimated probability that the best is truly within 1% of every other configuration
+    # it was chosen from (measure/stats.p_within); None with nothing to compare
+    sure: float | None = None
+
+
+SURE_TOL = 0.01
+
+
+def _sure(best: ConfigResult | None, pool: Sequence[ConfigResult]) -> float | None:
+    """Every measurement of the winner (sweep, racing and confirm runs pooled) against
+    every other configuration measured that could win."""
+    if best is None:
+        return None
+    mine = next((r for r in pool if r.config_id == best.config_id), best)
+    rest = [r.runs for r in pool if r.config_id != best.config_id and r.runs]
+    return p_within(mine.runs, rest, SURE_TOL) if rest else None
 
 
 def verdict(study: optuna.Study, objective: str = "mean",
             trials: Sequence[FrozenTrial] | None = None) -> Verdict:
     trials = trials if trials is not None else study.get_trials(deepcopy=False)
     confirmed = study.user_attrs.get(A.CONFIRMED)
+    results = config_results(trials)
+    # configurations the last confirm phase found lossy (outputs unlike the baseline's)
+    # never win, here either (run/confirm.py decides which)
+    lossy = set((confirmed or {}).get("lossless_mismatches") or {})
+    top = [r for r in ranked(results, objective) if r.config_id not in lossy]
     if confirmed:
         # the runs of the last confirm phase, exactly as its table showed them
         numbers = {n for ns in (confirmed.get("trials") or {}).values() for n in ns}
@@ -104,13 +125,9 @@ def verdict(study: optuna.Study, objective: str = "mean",
                                 and (not numbers or t.number in numbers)])
         winner = next((r for r in fresh if r.config_id == confirmed.get("winner")), None)
         if winner is not None:
-            return Verdict(winner, baseline_result(fresh), True)
-    results = config_results(trials)
-    # configurations the last confirm phase found lossy (outputs unlike the baseline's)
-    # never win, here either (run/confirm.py decides which)
-    lossy = set((confirmed or {}).get("lossless_mismatches") or {})
-    top = [r for r in ranked(results, objective) if r.config_id not in lossy]
-    return Verdict(top[0] if top else None, baseline_result(results), False)
+            return Verdict(winner, baseline_result(fresh), True, _sure(winner, top))
+    best = top[0] if top else None
+    return Verdict(best, baseline_result(results), False, _sure(best, top))
 
 
 def best_result(study: optuna.Study, objective: str = "mean",

@@ -166,7 +166,8 @@ class Sweep:
         ``allow_delete(number of trials)`` agreed (the CLI asks the user)."""
         sampler = make_sampler(self.options.sampler or self.spec.sweep.sampler,
                                self.options.seed if self.options.seed is not None
-                               else self.spec.sweep.seed, self.spec.sweep.n_startup_trials)
+                               else self.spec.sweep.seed, self.spec.sweep.n_startup_trials,
+                               space=self.space)
         if self._host is None:
             self._host, self._python = open_host(self.spec)
         self.host = self._host
@@ -358,6 +359,10 @@ class Sweep:
         cid = config.config_id()
         self.recorder.begin(slot, role=role, config=config, effective=effective,
                             command=config.command_line(self.python))
+        deliberate = getattr(self.study.sampler, "deliberate", None)
+        note = deliberate(trial.number) if deliberate and role == A.SAMPLER else None
+        if note:  # a racing replicate (search/model/): a repeat on purpose, marked so
+            trial.set_user_attr(A.REPLICATE, note)
         label = f"{prefix}{R.short_params(effective)}: "
 
         if role == A.SAMPLER and not trial.user_attrs.get(A.REPLICATE):

@@ -139,7 +139,7 @@ class BenchSpec(_Model):
 
 
 class SweepSpec(_Model):
-    sampler: Literal["tpe", "random"] = "tpe"
+    sampler: Literal["tpe", "random", "model"] = "tpe"
     seed: int | None = None
     max_retries: int = Field(2, ge=0)
     max_consecutive_failures: int = Field(5, ge=1)
