@@ -70,9 +70,11 @@ class Headline:
             vs = ""
             if base is not None and not win.is_baseline and base.per_request:
                 vs = f"; {R.fmt_ratio(speedup(lv.per_request, base.per_request))} vs baseline"
+            lat = "".join(f", {name} {v * 1000:.1f} ms" for name, v in
+                          (("TTFT", lv.ttft), ("ITL", lv.itl)) if v is not None)
             out.append(f"At concurrency {level}: {R.short_params(win.effective)} — "
                        f"{R.fmt_tok_s(lv.stats)} tok/s per request, "
-                       f"{lv.total_stats.mean:.1f} total tok/s "
+                       f"{lv.total_stats.mean:.1f} total tok/s{lat} "
                        f"({_trials_text(win.trials)}{vs})")
         return out
 
