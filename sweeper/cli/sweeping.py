@@ -76,6 +76,10 @@ def optimize(
 ) -> None:
     """Run the sweep: restart SGLang with each proposed configuration and benchmark it."""
     spec = load(study)  # first: bad input is refused before the heavy imports
+    if spec.objective.multi and (confirm or keep_best):
+        raise InputError(f"{spec.path}: objective: pareto has a front, not one winner; "
+                         f"{'--confirm' if confirm else '--keep-best'} needs {{at: LEVEL}} "
+                         "or {mix: ...}")
     import optuna
 
     from sweeper.results.headline import Headline

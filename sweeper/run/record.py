@@ -30,12 +30,14 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from sweeper.launch import LaunchConfig
-from sweeper.measure.stats import Ratio
+from sweeper.measure.levels import objective_figures
+from sweeper.measure.stats import Ratio, summarize
 from sweeper.remote.server import ServerHandle
 from sweeper.results import attrs as A
 from sweeper.run import pending
 from sweeper.run.trial import Measurement
 from sweeper.study.base import public_url
+from sweeper.study.objective import Objective
 
 MESSAGE_CHARS = 500
 LOG_TAIL_CHARS = 4000
@@ -54,8 +56,9 @@ class Slot:
 class Recorder:
     def __init__(self, study: optuna.Study, storage: optuna.storages.BaseStorage,
                  artifacts: FileSystemArtifactStore, scrub: Callable[[str], str],
-                 storage_url: str = "") -> None:
+                 storage_url: str = "", goal: Objective | None = None) -> None:
         self.study = study
+        self.goal = goal or Objective("at", (1,), at=1)
         self.storage = storage
         self.artifacts = artifacts
         self.scrub = scrub
@@ -135,11 +138,15 @@ class Recorder:
 
     def complete(self, slot: Slot, m: Measurement, *, log: str | None = None,
                  speedup: Ratio | None = None, extra: dict[str, Any] | None = None) -> None:
-        """Measured: the runs, their summary, accept length, evidence; then the value."""
-        result, st = m.bench, m.bench.stats
+        """Measured: the runs, their summary, accept length, evidence; then the value.
+        With several concurrency levels the runs are the objective's per-run series, and
+        every level's figures are kept beside them."""
+        result = m.bench
+        levels, series, told = self._figures(m)
+        st = summarize(series)
         values: dict[str, Any] = {
             A.CONSTRAINT_MIRROR: 0.0,
-            A.RUNS: [r.tok_s for r in result.runs if r.counted],
+            A.RUNS: series,
             A.STARTUP: round(m.startup_s, 2),
             A.TOK_S_MEAN: st.mean, A.TOK_S_STDEV: st.stdev, A.TOK_S_MIN: st.min,
             A.TOK_S_MAX: st.max, A.TOK_S_CI95: [st.ci_low, st.ci_high],
@@ -147,6 +154,12 @@ class Recorder:
             A.ACCEPT: result.accept_length,
             **(extra or {}),
         }
+        if len(levels) > 1 or self.goal.multi:
+            values[A.LEVELS] = {str(c): lv for c, lv in levels.items()}
+            values[A.OBJECTIVE_VALUES] = told
+            for c, lv in levels.items():
+                values[A.per_request_key(c)] = (lv["per_request"] or {}).get("mean")
+                values[A.total_key(c)] = (lv["total"] or {}).get("mean")
         if m.decode.n_lines:
             values[A.ACCEPT_LOG] = m.decode.accept_len
             values[A.DECODE_LINES] = m.decode.n_lines
@@ -154,9 +167,10 @@ class Recorder:
                 values[A.DECODE_EAGER] = m.decode.eager_lines
         if speedup is not None:
             values[A.SPEEDUP] = speedup.ratio
-        self._end(slot, values, TrialState.COMPLETE, [result.value], 0.0,
-                  [self._json_artifact("benchmark.json", result.to_dict()),
-                   self._log_artifact(slot, log)])
+        evidence = result.to_dict() if len(m.levels) < 2 else \
+            {str(c): r.to_dict() for c, r in m.levels.items()}
+        self._end(slot, values, TrialState.COMPLETE, told if self.goal.multi else told[:1], 0.0,
+                  [self._json_artifact("benchmark.json", evidence), self._log_artifact(slot, log)])
 
     def _end(self, slot: Slot, values: dict[str, Any], state: TrialState,
              objective: list[float] | None, constraint: float,
@@ -202,6 +216,16 @@ class Recorder:
         return pending.StorageFault(f"storage {shown} failed while recording trial "
                                     f"{slot.number} ({pending.cause_of(exc)}); the server "
                                     f"was stopped; {kept}", kept=where)
+
+    def _figures(self, m: Measurement) -> tuple[dict[int, dict[str, Any]], list[float],
+                                                 list[float]]:
+        return objective_figures(m.levels or {self.goal.primary: m.bench}, self.goal,
+                                 m.bench.spec.objective)
+
+    def series(self, m: Measurement) -> list[float]:
+        """The objective's per-run series of a measurement (what ``complete`` records as
+        the trial's runs): per-request tok/s combined over the levels, run by run."""
+        return self._figures(m)[1]
 
     # --- artifacts ----------------------------------------------------------------------
     def upload_json(self, slot: Slot, name: str, data: dict[str, Any]) -> None:

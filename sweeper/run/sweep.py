@@ -32,6 +32,7 @@ from sweeper.errors import (
     SweeperError,
 )
 from sweeper.launch import LaunchConfig
+from sweeper.measure.stats import summarize
 from sweeper.remote import Host, LocalHost
 from sweeper.remote.preflight import preflight
 from sweeper.remote.server import ServerHandle
@@ -40,6 +41,7 @@ from sweeper.results import attrs as A
 from sweeper.results.headline import Headline, mark_best
 from sweeper.results.storage import (
     artifact_store,
+    check_objective,
     check_space,
     delete_study,
     existing_study,
@@ -202,6 +204,7 @@ class Sweep:
         signature = space_signature(self.space.distributions())
         if study is not None and not fresh:
             check_space(study, signature, str(self.spec.path), self.storage_url)
+            check_objective(study, self.spec.objective, str(self.spec.path), self.storage_url)
         elif require_existing:
             raise InputError(f"{self.spec.path}: no study {self.spec.name!r} in "
                              f"{public_url(self.storage_url)} yet; run `sweeper optimize` first")
@@ -225,16 +228,21 @@ class Sweep:
             storage = None
         if storage is None:
             storage = open_storage(self.storage_url)
+        # pareto: Optuna's multi-objective study (per-request against total tok/s)
         study = optuna.create_study(storage=storage, study_name=self.spec.name,
-                                    direction="maximize", sampler=sampler, load_if_exists=True)
+                                    directions=["maximize"] * len(
+                                        self.spec.objective.metric_names()),
+                                    sampler=sampler, load_if_exists=True)
         if A.SPACE not in study.user_attrs:
             study.set_user_attr(A.WINNER, "no configuration has completed yet")  # listed first
             study.set_user_attr(A.SPACE, signature)
+            study.set_user_attr(A.OBJECTIVE, self.spec.objective.signature())
             study.set_user_attr(A.SIMULATED, self.summary.simulated)
             self._enqueue_initial(study)
         self.study = study
         self.recorder = Recorder(study, storage, artifact_store(self.storage_url, self.spec.name),
-                                 self._secrets.scrub, self.storage_url)
+                                 self._secrets.scrub, storage_url=self.storage_url,
+                                 goal=self.spec.objective)
         return study
 
     def _enqueue_initial(self, study: optuna.Study) -> None:
@@ -392,7 +400,8 @@ class Sweep:
             try:
                 m = self.runner.measure(config, f"trial-{trial.number:04d}", self.bench_spec,
                                         label=prefix,
-                                        on_start=lambda h: self.recorder.server_started(slot, h))
+                                        on_start=lambda h: self.recorder.server_started(slot, h),
+                                        primary=self.spec.objective.primary)
             except ServerErrorResponse as err:
                 raise self._server_error(trial, err) from err
         except ConfigurationFailure as fail:
@@ -447,7 +456,7 @@ class Sweep:
                 and not t.user_attrs.get(A.REPEAT_OF)]
 
     def _complete(self, slot: Slot, m: Any, label: str) -> None:
-        runs = [r.tok_s for r in m.bench.runs if r.counted]
+        runs = self.recorder.series(m)  # the objective's per-run series
         base = R.baseline_result(R.config_results(self.study.get_trials(deepcopy=False)))
         ratio = R.speedup_over(R.ConfigResult("", {}, "", runs=runs), base)
         self.recorder.complete(slot, m, log=self.runner.log_text(m.server), speedup=ratio)
@@ -458,8 +467,9 @@ class Sweep:
             mark_best(self.study, self.bench_spec.objective)
         result = m.bench
         acc = f", accept len {result.accept_length:.2f}" if result.accept_length else ""
-        best = f" | {headline.short()}" if headline.best is not None else ""
-        self._line(f"{label}[green]{R.fmt_tok_s(result.stats)} tok/s[/]{acc}{best}")
+        best = f" | {headline.short()}" if headline.short() else ""
+        self._line(f"{label}[green]{R.fmt_tok_s(summarize(runs))} "
+                   f"{self.spec.objective.metric_names()[0]}[/]{acc}{best}")
 
     def _server_error(self, trial: optuna.Trial, err: ServerErrorResponse) -> SweeperError:
         """5xx answers are retried like any fault outside the configuration, as long as the
