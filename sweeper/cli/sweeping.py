@@ -74,27 +74,26 @@ def optimize(
     from sweeper.results.status import print_summary
     from sweeper.run.confirm import leaders, leaders_changed
     from sweeper.run.progress import ConsoleReporter
-    from sweeper.run.sweep import Sweep, SweepAborted, SweepOptions
+    from sweeper.run.sweep import SweepAborted, SweepOptions
+    from sweeper.run.workers import HostPool
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # we report trials ourselves
     opts = SweepOptions(trials=trials, timeout=timeout, storage=storage,
                         sampler=sampler, seed=seed,
                         keep_best=keep_best)
     reporter = ConsoleReporter(out)
-    sweep = Sweep(spec, opts, reporter)
-    sweep.open(fresh=fresh,
-               allow_delete=_allow_delete(yes, spec.name, public_url(sweep.storage_url)))
-    if sweep.summary.simulated:
+    pool = HostPool(spec, opts, reporter)  # one worker per host (one host: one worker)
+    pool.open(fresh=fresh,
+              allow_delete=_allow_delete(yes, spec.name, public_url(pool.storage_url)))
+    sweep = pool.primary  # the confirm phase runs on the first host
+    if pool.summary.simulated:
         out.print(simulated_note())
-    if len(spec.hosts) > 1:
-        err.print(f"warning: {spec.path}: hosts: this version drives one host per sweep; "
-                  f"using {spec.hosts[0].ssh}, not {', '.join(h.ssh for h in spec.hosts[1:])}",
-                  markup=False, soft_wrap=True)
-    out.print(f"Study {spec.name!r} in {public_url(sweep.storage_url)}, server on "
-              f"{sweep.host.name}. "
+    where = "server on" if len(pool.live) == 1 else f"{len(pool.live)} servers on"
+    out.print(f"Study {spec.name!r} in {public_url(pool.storage_url)}, {where} "
+              f"{pool.describe_hosts()}. "
               "Ctrl-C stops cleanly; the same command resumes.")
     try:
-        summary = sweep.run()
+        summary = pool.run()
     except KeyboardInterrupt:
         reporter.close()
         err.print(f"interrupted: the current trial was recorded as failed and queued again, "
@@ -103,7 +102,7 @@ def optimize(
         raise typer.Exit(130) from None
     except SweepAborted as exc:
         reporter.close()
-        print_summary(out, sweep.summary, Headline.of(sweep.study, spec.benchmark.objective))
+        print_summary(out, pool.summary, Headline.of(pool.study, spec.benchmark.objective))
         err.print(f"error: sweep stopped: {one_line(str(exc))}", markup=False, soft_wrap=True)
         raise typer.Exit(1) from None
     top = 0 if no_confirm else (spec.sweep.confirm_top if confirm is None else confirm)

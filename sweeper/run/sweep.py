@@ -260,8 +260,13 @@ class Sweep:
             self._finish()
         return self.summary
 
+    def next_trial(self) -> optuna.trial.Trial:
+        """The trial to run next. One host asks the study; a worker among several
+        (run/workers.py) claims its share of the budget here instead."""
+        return self.study.ask()
+
     def _one_trial(self) -> str:
-        trial = self.study.ask()
+        trial = self.next_trial()
         slot = self.recorder.slot(trial)
         role = str(trial.user_attrs.get(A.ROLE, A.SAMPLER))
         n_done = self.summary.finished + 1 + self.summary.resumed_from
