@@ -51,7 +51,7 @@ from sweeper.search.failures import FailureMemory
 from sweeper.study import StudySpec
 
 BACKOFF_SECONDS = 1.0
-DUPLICATE_TRIES = 8  # proposals in a row that are in flight elsewhere before waiting
+DUPLICATE_TRIES = 3  # proposals in a row already in flight elsewhere before waiting
 
 
 class NoRoom(Exception):
