@@ -135,10 +135,12 @@ def test_full_disk_keeps_the_measurement_elsewhere(make_study, tmp_path: Path,
     filler = small_disk / "filler"
 
     def fill() -> None:
-        with contextlib.suppress(OSError), open(filler, "wb") as fh:
-            while True:
-                fh.write(b"\0" * 65536)
-                fh.flush()
+        # to the last byte: a small kept file must not fit beside the storage
+        with open(filler, "wb", buffering=0) as fh:
+            for chunk in (65536, 4096, 1):
+                with contextlib.suppress(OSError):
+                    while True:
+                        fh.write(b"\0" * chunk)
 
     victim, err = _break_mid_trial(study_file, db, tmp_path, fill,
                                    lambda: filler.unlink(missing_ok=True))

@@ -86,27 +86,26 @@ def optimize(
     from sweeper.results.status import print_summary
     from sweeper.run.confirm import leaders, leaders_changed
     from sweeper.run.progress import ConsoleReporter
-    from sweeper.run.sweep import Sweep, SweepAborted, SweepOptions
+    from sweeper.run.sweep import SweepAborted, SweepOptions
+    from sweeper.run.workers import HostPool
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # we report trials ourselves
     opts = SweepOptions(trials=trials, timeout=timeout, storage=storage,
                         sampler=sampler, seed=seed,
                         keep_best=keep_best)
     reporter = ConsoleReporter(out)
-    sweep = Sweep(spec, opts, reporter)
-    sweep.open(fresh=fresh,
-               allow_delete=_allow_delete(yes, spec.name, public_url(sweep.storage_url)))
-    if sweep.summary.simulated:
+    pool = HostPool(spec, opts, reporter)  # one worker per host (one host: one worker)
+    pool.open(fresh=fresh,
+              allow_delete=_allow_delete(yes, spec.name, public_url(pool.storage_url)))
+    sweep = pool.primary  # the confirm phase runs on the first host
+    if pool.summary.simulated:
         out.print(simulated_note())
-    if len(spec.hosts) > 1:
-        err.print(f"warning: {spec.path}: hosts: this version drives one host per sweep; "
-                  f"using {spec.hosts[0].ssh}, not {', '.join(h.ssh for h in spec.hosts[1:])}",
-                  markup=False, soft_wrap=True)
-    out.print(f"Study {spec.name!r} in {public_url(sweep.storage_url)}, server on "
-              f"{sweep.host.name}. Ctrl-C stops cleanly. {resume_hint()}", markup=False,
-              soft_wrap=True)
+    where = "server on" if len(pool.live) == 1 else f"{len(pool.live)} servers on"
+    out.print(f"Study {spec.name!r} in {public_url(pool.storage_url)}, {where} "
+              f"{pool.describe_hosts()}. Ctrl-C stops cleanly. {resume_hint()}",
+              markup=False, soft_wrap=True)
     try:
-        summary = sweep.run(going_on=True)
+        summary = pool.run()
     except KeyboardInterrupt:
         reporter.close()
         err.print(f"interrupted: the current trial was recorded as failed and queued again, "
@@ -114,7 +113,7 @@ def optimize(
         raise typer.Exit(130) from None
     except SweepAborted as exc:
         reporter.close()
-        print_summary(out, sweep.summary, Headline.of(sweep.study, spec.benchmark.objective))
+        print_summary(out, pool.summary, Headline.of(pool.study, spec.benchmark.objective))
         err.print(f"error: sweep stopped: {one_line(str(exc))}", markup=False, soft_wrap=True)
         raise typer.Exit(1) from None
     top = 0 if no_confirm else (spec.sweep.confirm_top if confirm is None else confirm)
@@ -130,12 +129,12 @@ def optimize(
             out.print("Confirm phase skipped: no speculative configuration was measured.")
         elif leaders_changed(sweep.study, spec.benchmark.objective, top):
             # a kill from here on resumes the confirm phase, not a new batch of trials
-            sweep.budget.save(sweep.study, trials, phase="confirm")
+            pool.budget.save(pool.study, trials, phase="confirm")
             _confirm(sweep, top, runs, reporter, rounds)
         else:
             out.print(f"Confirm phase skipped: the top {top} are the configurations the last "
                       "confirm phase measured (`sweeper confirm` measures them again).")
-    sweep.done()
+    pool.done()
     reporter.close()
     print_summary(out, summary, Headline.of(sweep.study, spec.benchmark.objective))
 

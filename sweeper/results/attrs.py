@@ -86,3 +86,10 @@ KEPT_SERVER = "sweeper:kept_server"  # the server --keep-best left running
 # A sweep killed (or Ctrl-C'd) leaves it behind, and the same command resumes towards
 # the same target instead of starting N trials afresh.
 BUDGET = "sweeper:budget"
+
+# --- several hosts (run/workers.py) --------------------------------------------------------
+HOST = "host"  # trial: the host that measured it (HostSpec.label)
+GROUP = "group"  # trial: its host's group; results are compared within a group only
+BACKED_OFF = "backed_off"  # trial: handed back before any restart (why), never measured
+# study: one key per host, {"state", "trial", "why", "group", "machine", "pid", "at"}
+HOST_STATE_PREFIX = "sweeper:host:"

@@ -118,6 +118,19 @@ def open_host(spec: StudySpec) -> tuple[Host, str]:
     return SSHHost(hspec.ssh), hspec.python or "python3"
 
 
+def storage_fault(exc: BaseException, storage_url: str) -> pending.StorageFault | None:
+    """``exc`` as the one-line StorageFault the CLI prints; None when it is not the
+    storage's (a bug keeps its traceback)."""
+    if isinstance(exc, pending.StorageFault):
+        return exc
+    if not pending.is_storage_error(exc):
+        return None
+    return pending.StorageFault(
+        f"storage {public_url(storage_url)} failed ({pending.cause_of(exc)}); the server was "
+        "stopped and no measurement was lost: fix the storage, then run the same command to "
+        "resume")
+
+
 @contextlib.contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM takes the Ctrl-C path: the trial is recorded, the server stopped."""
@@ -261,17 +274,12 @@ class Sweep:
             self.open()
         try:
             return self._run(going_on)
-        except pending.StorageFault:
-            self.summary.stopped_because = "storage"
-            raise
         except Exception as exc:
-            if not pending.is_storage_error(exc):
+            fault = storage_fault(exc, self.storage_url)
+            if fault is None:
                 raise
             self.summary.stopped_because = "storage"
-            raise pending.StorageFault(
-                f"storage {public_url(self.storage_url)} failed ({pending.cause_of(exc)}); "
-                "the server was stopped and no measurement was lost: fix the storage, then "
-                "run the same command to resume") from exc
+            raise fault from exc
 
     def _replay_pending(self) -> None:
         """Measurements an earlier run could not store (run/pending.py) go in first."""
@@ -352,8 +360,13 @@ class Sweep:
         """Release the study's lock (the servers were stopped by then)."""
         self.lock.release()
 
+    def next_trial(self) -> optuna.trial.Trial:
+        """The trial to run next. One host asks the study; a worker among several
+        (run/workers.py) claims its share of the budget here instead."""
+        return self.study.ask()
+
     def _one_trial(self) -> str:
-        trial = self.study.ask()
+        trial = self.next_trial()
         slot = self.recorder.slot(trial)
         role = str(trial.user_attrs.get(A.ROLE, A.SAMPLER))
         n_done = self.summary.finished + 1 + self.summary.resumed_from
