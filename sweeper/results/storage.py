@@ -15,6 +15,7 @@ from optuna.distributions import FloatDistribution, IntDistribution, distributio
 from sweeper.errors import InputError
 from sweeper.results import attrs as A
 from sweeper.study.base import public_url, storage_key
+from sweeper.study.objective import Objective
 
 
 def open_storage(url: str) -> optuna.storages.BaseStorage:
@@ -143,10 +144,35 @@ def check_space(study: optuna.Study, signature: str, study_file: str, storage_ur
     if stored is not None and stored != signature:
         old, new = json.loads(stored), json.loads(signature)
         changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        if any("|topk=" in k and ",steps=" in k for k in old):
+            # made before draft tokens got one shared parameter (space.DRAFT_POSITION)
+            raise InputError(
+                f"{study_file}: study {study.study_name!r} in {public_url(storage_url)} was "
+                "made by an older sweeper that sampled draft tokens per (topk, steps) branch; "
+                "its trials stay readable (status, report, export, dashboard) but cannot be "
+                "resumed: give the study a new name, or use --fresh to start it again")
         raise InputError(
             f"{study_file}: space: differs from the study {study.study_name!r} already in "
             f"{public_url(storage_url)} (changed: {', '.join(changed)}); use a new study name, "
             "another --storage, or restore the old space")
+
+
+def check_objective(study: optuna.Study, goal: Objective, study_file: str,
+                    storage_url: str) -> None:
+    """Refuse a study file whose levels or objective differ from the stored study's: its
+    trials' values would mean another thing (and Optuna's directions are fixed)."""
+    raw = study.user_attrs.get(A.OBJECTIVE)
+    if raw is None and A.SPACE in study.user_attrs:
+        raw = Objective("at", (1,), at=1).signature()  # stored before levels existed
+    if raw is None:
+        return
+    stored = Objective.from_signature(raw)
+    if stored.signature() != goal.signature():
+        key = "benchmark.concurrency" if stored.levels != goal.levels else "objective"
+        raise InputError(
+            f"{study_file}: {key}: differs from the study {study.study_name!r} already in "
+            f"{public_url(storage_url)} ({goal.describe_change(stored)}); use a new study "
+            "name, another --storage, or restore the old setting")
 
 
 def delete_study(url: str, name: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import statistics
 import sys
 import time
 from collections import Counter
@@ -31,6 +32,7 @@ from sweeper.errors import (
     SweeperError,
 )
 from sweeper.launch import LaunchConfig
+from sweeper.measure.stats import summarize
 from sweeper.remote import Host, LocalHost
 from sweeper.remote.preflight import preflight
 from sweeper.remote.server import ServerHandle
@@ -39,6 +41,7 @@ from sweeper.results import attrs as A
 from sweeper.results.headline import Headline, mark_best
 from sweeper.results.storage import (
     artifact_store,
+    check_objective,
     check_space,
     delete_study,
     existing_study,
@@ -47,6 +50,7 @@ from sweeper.results.storage import (
     storage_exists,
     storage_key,
 )
+from sweeper.run import pending
 from sweeper.run.killpoint import killpoint
 from sweeper.run.lock import claim
 from sweeper.run.progress import NullReporter, Reporter
@@ -61,6 +65,10 @@ from sweeper.study import HostSpec, StudySpec, placeholder_message
 from sweeper.study.base import public_url
 
 SKIP_LIMIT_FACTOR = 10
+# An accidental repeat of a measured configuration is resolved without a restart this many
+# times in a row; the next one is measured (a sampler that insists gets its replicate), so
+# the loop always moves on.
+REPEAT_LIMIT = 5
 
 
 class SweepAborted(SweeperError):
@@ -86,6 +94,7 @@ class SweepSummary:
     complete: int = 0
     pruned: Counter[str] = field(default_factory=Counter)
     skipped: int = 0
+    repeats: int = 0  # accidental repeats resolved without a restart
     failed: int = 0
     retried: int = 0
     reconciled: int = 0
@@ -107,6 +116,19 @@ def open_host(spec: StudySpec) -> tuple[Host, str]:
     from sweeper.remote.ssh import SSHHost
 
     return SSHHost(hspec.ssh), hspec.python or "python3"
+
+
+def storage_fault(exc: BaseException, storage_url: str) -> pending.StorageFault | None:
+    """``exc`` as the one-line StorageFault the CLI prints; None when it is not the
+    storage's (a bug keeps its traceback)."""
+    if isinstance(exc, pending.StorageFault):
+        return exc
+    if not pending.is_storage_error(exc):
+        return None
+    return pending.StorageFault(
+        f"storage {public_url(storage_url)} failed ({pending.cause_of(exc)}); the server was "
+        "stopped and no measurement was lost: fix the storage, then run the same command to "
+        "resume")
 
 
 @contextlib.contextmanager
@@ -149,6 +171,7 @@ class Sweep:
         self._secrets = LaunchConfig(spec.server.launcher, dict(spec.server.args),
                                      {k: str(v) for k, v in spec.server.env.items()})
         self.memory = FailureMemory()
+        self._repeats_in_a_row = 0
 
     # --- set-up -------------------------------------------------------------------------
     def open(self, require_existing: bool = False, fresh: bool = False,
@@ -158,7 +181,8 @@ class Sweep:
         ``allow_delete(number of trials)`` agreed (the CLI asks the user)."""
         sampler = make_sampler(self.options.sampler or self.spec.sweep.sampler,
                                self.options.seed if self.options.seed is not None
-                               else self.spec.sweep.seed, self.spec.sweep.n_startup_trials)
+                               else self.spec.sweep.seed, self.spec.sweep.n_startup_trials,
+                               space=self.space)
         if self._host is None:
             self._host, self._python = open_host(self.spec)
         self.host = self._host
@@ -193,6 +217,7 @@ class Sweep:
         signature = space_signature(self.space.distributions())
         if study is not None and not fresh:
             check_space(study, signature, str(self.spec.path), self.storage_url)
+            check_objective(study, self.spec.objective, str(self.spec.path), self.storage_url)
         elif require_existing:
             raise InputError(f"{self.spec.path}: no study {self.spec.name!r} in "
                              f"{public_url(self.storage_url)} yet; run `sweeper optimize` first")
@@ -216,16 +241,21 @@ class Sweep:
             storage = None
         if storage is None:
             storage = open_storage(self.storage_url)
+        # pareto: Optuna's multi-objective study (per-request against total tok/s)
         study = optuna.create_study(storage=storage, study_name=self.spec.name,
-                                    direction="maximize", sampler=sampler, load_if_exists=True)
+                                    directions=["maximize"] * len(
+                                        self.spec.objective.metric_names()),
+                                    sampler=sampler, load_if_exists=True)
         if A.SPACE not in study.user_attrs:
             study.set_user_attr(A.WINNER, "no configuration has completed yet")  # listed first
             study.set_user_attr(A.SPACE, signature)
+            study.set_user_attr(A.OBJECTIVE, self.spec.objective.signature())
             study.set_user_attr(A.SIMULATED, self.summary.simulated)
             self._enqueue_initial(study)
         self.study = study
         self.recorder = Recorder(study, storage, artifact_store(self.storage_url, self.spec.name),
-                                 self._secrets.scrub)
+                                 self._secrets.scrub, storage_url=self.storage_url,
+                                 goal=self.spec.objective)
         return study
 
     def _enqueue_initial(self, study: optuna.Study) -> None:
@@ -242,12 +272,35 @@ class Sweep:
         phase), then calls ``done()``; else the study is released at the end."""
         if not hasattr(self, "study"):
             self.open()
+        try:
+            return self._run(going_on)
+        except Exception as exc:
+            fault = storage_fault(exc, self.storage_url)
+            if fault is None:
+                raise
+            self.summary.stopped_because = "storage"
+            raise fault from exc
+
+    def _replay_pending(self) -> None:
+        """Measurements an earlier run could not store (run/pending.py) go in first."""
+        def mark(old: int, new: int) -> None:
+            slot = self.recorder.slot_of(old)
+            if self.recorder.storage.get_trial(slot.trial_id).state == TrialState.RUNNING:
+                self.recorder.fail(slot, "storage", "measured, but the storage failed while "
+                                   f"recording it; the measurement is trial {new}")
+
+        pending.replay(self.study, self.recorder.storage, self.storage_url,
+                       self.recorder.upload_to, mark, self.report.line)
+
+    def _run(self, going_on: bool) -> SweepSummary:
+        self._replay_pending()
         self.summary.reconciled = reconcile(self.study, self.recorder, self.host,
                                             self._stop_handle, self.report.line)
         for t in self.study.get_trials(deepcopy=False,
                                        states=(TrialState.COMPLETE, TrialState.PRUNED)):
             ua = t.user_attrs
-            if A.CONFIG_ID in ua and not ua.get(A.SKIPPED) and not ua.get(A.CONFIRM):
+            if A.CONFIG_ID in ua and not ua.get(A.SKIPPED) and not ua.get(A.CONFIRM) \
+                    and not ua.get(A.REPEAT_OF):
                 self.memory.add(t.number, ua[A.CONFIG_ID], ua.get(A.EFFECTIVE, {}),
                                 ua.get(A.FAILURE) if t.state == TrialState.PRUNED else None)
         budget = Budget.of(self.study, self.options.trials)
@@ -267,6 +320,8 @@ class Sweep:
                         self.summary.stopped_because = "timeout"
                         break
                     outcome = self._one_trial()
+                    if outcome == "repeat":
+                        continue
                     if outcome == "skipped":
                         if self.summary.skipped > SKIP_LIMIT_FACTOR * self._todo + 100:
                             raise SweepAborted(
@@ -274,6 +329,7 @@ class Sweep:
                                 "known to fail; the space left may be too small or mostly "
                                 "failing: narrow the space in the study file")
                         continue
+                    self._repeats_in_a_row = 0  # a restart: repeats count afresh
                     self.report.progress(self.summary.finished, self._todo)
                     consecutive = 0 if outcome == "complete" else consecutive + 1
                     if consecutive >= self.spec.sweep.max_consecutive_failures:
@@ -281,6 +337,10 @@ class Sweep:
                             f"{consecutive} trials in a row failed; the last: "
                             f"{self._last_failure}. Check the study's server settings and "
                             f"the host, then run the same command to resume")
+        except Exception as exc:
+            if isinstance(exc, pending.StorageFault) or pending.is_storage_error(exc):
+                self.summary.stopped_because = "storage"  # nothing more is written
+            raise
         finally:
             self._finish()
             if not going_on:
@@ -300,8 +360,13 @@ class Sweep:
         """Release the study's lock (the servers were stopped by then)."""
         self.lock.release()
 
+    def next_trial(self) -> optuna.trial.Trial:
+        """The trial to run next. One host asks the study; a worker among several
+        (run/workers.py) claims its share of the budget here instead."""
+        return self.study.ask()
+
     def _one_trial(self) -> str:
-        trial = self.study.ask()
+        trial = self.next_trial()
         slot = self.recorder.slot(trial)
         role = str(trial.user_attrs.get(A.ROLE, A.SAMPLER))
         n_done = self.summary.finished + 1 + self.summary.resumed_from
@@ -315,8 +380,25 @@ class Sweep:
         cid = config.config_id()
         self.recorder.begin(slot, role=role, config=config, effective=effective,
                             command=config.command_line(self.python))
+        deliberate = getattr(self.study.sampler, "deliberate", None)
+        note = deliberate(trial.number) if deliberate and role == A.SAMPLER else None
+        if note:  # a racing replicate (search/model/): a repeat on purpose, marked so
+            trial.set_user_attr(A.REPLICATE, note)
         label = f"{prefix}{R.short_params(effective)}: "
 
+        if role == A.SAMPLER and not trial.user_attrs.get(A.REPLICATE):
+            earlier = self._measured(cid)
+            if earlier and self._repeats_in_a_row < REPEAT_LIMIT:
+                # the sampler proposed a configuration already measured, by accident:
+                # tell it what that configuration gave instead of paying a restart
+                value = statistics.fmean(v for _, v in earlier)
+                self.recorder.repeat(slot, value, [n for n, _ in earlier])
+                self._repeats_in_a_row += 1
+                self.summary.repeats += 1
+                trials = ", ".join(str(n) for n, _ in earlier)
+                self._line(f"{label}[yellow]repeat, no restart[/]: measured in trial "
+                           f"{trials}; told the sampler their mean {value:.1f}")
+                return "repeat"
         predicted = self.memory.predict(cid, effective)
         if predicted is not None:
             # Known to fail: no restart wasted on it. Recorded (the sampler learns from
@@ -331,7 +413,8 @@ class Sweep:
             try:
                 m = self.runner.measure(config, f"trial-{trial.number:04d}", self.bench_spec,
                                         label=prefix,
-                                        on_start=lambda h: self.recorder.server_started(slot, h))
+                                        on_start=lambda h: self.recorder.server_started(slot, h),
+                                        primary=self.spec.objective.primary)
             except ServerErrorResponse as err:
                 raise server_error(err, int(trial.user_attrs.get(A.ATTEMPT, 0)),
                                    self.spec.sweep.max_retries) from err
@@ -379,8 +462,15 @@ class Sweep:
         self._complete(slot, m, label)
         return "complete"
 
+    def _measured(self, cid: str) -> list[tuple[int, float]]:
+        """(trial number, value told) of every measurement of configuration ``cid``."""
+        return [(t.number, float(t.value)) for t in
+                self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if t.value is not None and t.user_attrs.get(A.CONFIG_ID) == cid
+                and not t.user_attrs.get(A.REPEAT_OF)]
+
     def _complete(self, slot: Slot, m: Any, label: str) -> None:
-        runs = [r.tok_s for r in m.bench.runs if r.counted]
+        runs = self.recorder.series(m)  # the objective's per-run series
         base = R.baseline_result(R.config_results(self.study.get_trials(deepcopy=False)))
         ratio = R.speedup_over(R.ConfigResult("", {}, "", runs=runs), base)
         self.recorder.complete(slot, m, log=self.runner.log_text(m.server), speedup=ratio)
@@ -391,8 +481,9 @@ class Sweep:
             mark_best(self.study, self.bench_spec.objective)
         result = m.bench
         acc = f", accept len {result.accept_length:.2f}" if result.accept_length else ""
-        best = f" | {headline.short()}" if headline.best is not None else ""
-        self._line(f"{label}[green]{R.fmt_tok_s(result.stats)} tok/s[/]{acc}{best}")
+        best = f" | {headline.short()}" if headline.short() else ""
+        self._line(f"{label}[green]{R.fmt_tok_s(summarize(runs))} "
+                   f"{self.spec.objective.metric_names()[0]}[/]{acc}{best}")
 
     def _server_log(self, slot: Slot, fail: ConfigurationFailure | None = None) -> str | None:
         handle = self.runner.current
@@ -436,7 +527,7 @@ class Sweep:
             v = R.verdict(self.study, self.bench_spec.objective)
             summary.best, summary.baseline = v.best, v.baseline
         keep = self.options.keep_best and summary.best is not None and \
-            summary.stopped_because != "interrupted"
+            summary.stopped_because not in ("interrupted", "storage")
         try:
             if keep:
                 assert summary.best is not None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sweeper.errors import (
     ConfigurationFailure,
@@ -22,7 +22,8 @@ from sweeper.errors import (
     SweeperError,
 )
 from sweeper.launch import LaunchConfig
-from sweeper.measure import BenchmarkError, BenchResult, BenchSpec, run_benchmark
+from sweeper.measure import BenchmarkError, BenchResult, BenchSpec
+from sweeper.measure.levels import run_levels
 from sweeper.measure.logs import DecodeSummary, parse_decode_lines, summarize_decode
 from sweeper.remote import Host
 from sweeper.remote.server import ServerHandle, ServerManager
@@ -35,7 +36,9 @@ LOG_ARTIFACT_BYTES = 4 * 1024 * 1024
 
 @dataclass(frozen=True)
 class Measurement:
-    """One configuration served and benchmarked."""
+    """One configuration served and benchmarked, at every concurrency level of the study
+    (on the same server start). ``bench`` is the primary level's benchmark (the objective's
+    level, else the lowest): its accept length and JSON stand for the trial."""
 
     config: LaunchConfig
     server: ServerHandle
@@ -43,6 +46,7 @@ class Measurement:
     startup_s: float  # start to healthy; 0.0 when the running server was reused
     decode: DecodeSummary  # the server's "Decode batch" lines over the benchmark window
     reused: bool
+    levels: dict[int, BenchResult] = field(default_factory=dict)  # concurrency -> benchmark
 
 
 def server_error(err: ServerErrorResponse, attempt: int, max_retries: int) -> SweeperError:
@@ -74,11 +78,12 @@ class TrialRunner:
 
     def measure(self, config: LaunchConfig, tag: str, bench: BenchSpec, *, label: str = "",
                 on_start: Callable[[ServerHandle], None] | None = None,
-                phase: str = "") -> Measurement:
-        """Serve ``config`` (restarting unless it is already serving) and benchmark it.
-        ``label`` prefixes the progress phases; ``phase`` the kill points (run/killpoint.py).
-        A benchmark with no usable run is the configuration's fault (a crash-like failure),
-        not the network's."""
+                phase: str = "", primary: int | None = None) -> Measurement:
+        """Serve ``config`` (restarting unless it is already serving) and benchmark it at
+        every level of ``bench.concurrency`` (the restart is paid once). ``primary`` is
+        the level that stands for the trial (default: the lowest). ``label`` prefixes the
+        progress phases; ``phase`` the kill points (run/killpoint.py). A benchmark with no
+        usable run is the configuration's fault (a crash-like failure), not the network's."""
         handle, startup_s, reused = self._serve(config, tag, label, on_start, phase)
         with self.reach(config) as base_url:
             if not reused:
@@ -91,7 +96,7 @@ class TrialRunner:
                     if msg.startswith("run 1/"):
                         killpoint(f"{phase}benchmark")
 
-                result = run_benchmark(
+                levels = run_levels(
                     base_url, bench, on_progress=progress,
                     check_server=lambda: self.manager.check_alive(handle),
                     api_key=config.api_key)
@@ -102,7 +107,8 @@ class TrialRunner:
         log_end = self.host.file_size(handle.log_path) or 0
         window = self.host.read_file(handle.log_path, max(0, log_end - log_start)) or ""
         decode = summarize_decode(parse_decode_lines(window))
-        return Measurement(config, handle, result, startup_s, decode, reused)
+        main = levels[primary if primary in levels else min(levels)]
+        return Measurement(config, handle, main, startup_s, decode, reused, levels)
 
     def _serve(self, config: LaunchConfig, tag: str, label: str,
                on_start: Callable[[ServerHandle], None] | None, phase: str = ""
