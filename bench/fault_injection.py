@@ -220,8 +220,10 @@ def main() -> int:
     print("sweeper fault injection (simulated SGLang server over a real loopback sshd)")
     for event in c.events:
         print(f"  {event}")
-    print(f"5xx server: {len(errors)} configuration(s) recorded server_error after "
-          f"{sum(t.user_attrs.get('failure') == 'server_error' for t in trials)} starts")
+    starts = sum(t.user_attrs.get("failure") == "server_error" and not t.user_attrs.get("skipped")
+                 for t in trials)  # a skipped proposal cost no start
+    print(f"5xx server: {len(errors)} configuration(s) recorded server_error after {starts} "
+          "starts")
     print(f"confirm phase finished: {bool(study.user_attrs.get('sweeper:confirmed'))}")
     print(f"last run's exit code: {final}" + (f" ({c.stderr.strip()[-200:]})" if final else ""))
     print(f"finished {len(finished)}/{TRIALS}")
