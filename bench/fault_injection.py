@@ -211,7 +211,7 @@ def main() -> int:
     trials = study.get_trials()
     finished = [t for t in trials if counts_as_finished(t)]
     recorded = {t.user_attrs["server"]["pgid"] for t in trials if t.user_attrs.get("server")}
-    needle = f"SWEEPER_SERVER={storage_key(f'sqlite:///{c.db}', 'faults')}:".encode()
+    needle = f"SWEEPER_SERVER={storage_key(f'sqlite:///{c.db}', 'faults')}@".encode()
     left = {p for p in recorded if alive(p)} | marked_groups(needle)
     busy = not port_free(c.port)
     now = {t.number: t.value for t in trials if t.state == TrialState.COMPLETE}

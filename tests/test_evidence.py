@@ -59,7 +59,7 @@ def load(db: Path, name: str = "t") -> optuna.Study:
 def marked_servers(storage_url: str, study: str = "t") -> set[int]:
     """Live process groups whose environment carries the study's marker: found on the
     machine itself, whatever the study recorded."""
-    needle = f"SWEEPER_SERVER={storage_key(storage_url, study)}:".encode()
+    needle = f"SWEEPER_SERVER={storage_key(storage_url, study)}@".encode()  # any worker
     found = set()
     for environ in Path("/proc").glob("[0-9]*/environ"):
         with contextlib.suppress(OSError):

@@ -36,7 +36,7 @@ from sweeper.measure.stats import summarize
 from sweeper.remote import Host, LocalHost
 from sweeper.remote.preflight import preflight
 from sweeper.remote.server import ServerHandle
-from sweeper.remote.workdir import remove_run_dir, run_dir
+from sweeper.remote.workdir import remove_run_dir, run_dir, worker_marker
 from sweeper.results import attrs as A
 from sweeper.results.headline import Headline, mark_best
 from sweeper.results.storage import (
@@ -48,7 +48,6 @@ from sweeper.results.storage import (
     open_storage,
     space_signature,
     storage_exists,
-    storage_key,
 )
 from sweeper.run import pending
 from sweeper.run.killpoint import killpoint
@@ -189,10 +188,11 @@ class Sweep:
         self.python = self._python or sys.executable
         hspec = self.spec.hosts[0]
         self.workdir = run_dir(hspec.workdir, self.storage_url, self.spec.name)
+        # the host entry's label, not the machine: two entries may share one, on two ports
+        self.marker = worker_marker(self.storage_url, self.spec.name, hspec.label)
         self.runner = TrialRunner(self.host, self.python, self.spec.server, hspec, self.report,
-                                  workdir=self.workdir,
-                                  marker=storage_key(self.storage_url, self.spec.name))
-        self.lock = claim(self.storage_url, self.spec.name, self.host.name, self.report.line)
+                                  workdir=self.workdir, marker=self.marker)
+        self.lock = claim(self.storage_url, self.spec.name, hspec.label, self.report.line)
         try:
             return self._open(sampler, hspec, require_existing, fresh, allow_delete)
         except BaseException:
@@ -208,7 +208,7 @@ class Sweep:
             raise InputError(f"{self.spec.path}: hosts[0].ssh: {hspec.ssh}: {exc}; check the "
                              "address, your ~/.ssh/config and that the node is up") from exc
         # servers of this study nobody recorded (a sweeper killed at the wrong moment)
-        stop_strays(self.host, self.storage_url, self.spec.name, self.spec.server.stop_grace,
+        stop_strays(self.host, self.marker, self.spec.name, self.spec.server.stop_grace,
                     self.report.line)
         # An existing study may own a server on the port (a kept or orphaned one): read it
         # first. A storage that does not exist yet is not created before preflight passes.
