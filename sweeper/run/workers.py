@@ -39,7 +39,13 @@ from sweeper.results.hosts import DONE, IDLE, RETIRED, RUNNING, STARTING, record
 from sweeper.run.claims import admitted, duplicate_of, needs_baseline, room
 from sweeper.run.killpoint import killpoint
 from sweeper.run.progress import NullReporter, Reporter
-from sweeper.run.reconcile import Budget, finished_count, reconcile, requeue
+from sweeper.run.reconcile import (
+    Budget,
+    counts_as_finished,
+    finished_count,
+    reconcile,
+    requeue,
+)
 from sweeper.run.sweep import (
     SKIP_LIMIT_FACTOR,
     Sweep,
@@ -254,9 +260,7 @@ class HostPool:
                 if other is None:
                     w.busy = trial.number
                     # the live output numbers trials across all hosts: "(7/24)"
-                    done = sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED)
-                               and not t.user_attrs.get(A.SKIPPED)
-                               and not t.user_attrs.get(A.CONFIRM) for t in trials)
+                    done = sum(counts_as_finished(t) for t in trials)
                     w.summary.resumed_from = done - (self.target - self.options.trials) \
                         - w.summary.finished
                     w.record(RUNNING, trial=trial.number)
