@@ -80,6 +80,9 @@ def gp_missing() -> str | None:
 
 def sampler_for(strategy: str, spec: StudySpec, seed: int) -> optuna.samplers.BaseSampler:
     if strategy == GP:
+        import torch
+
+        torch.set_num_threads(1)  # one sweep per worker process; --jobs sets the cores
         return optuna.samplers.GPSampler(seed=seed, n_startup_trials=spec.sweep.n_startup_trials,
                                          warn_independent_sampling=False)
     name = spec.sweep.sampler if strategy == DEFAULT else strategy
@@ -284,7 +287,14 @@ def emulate(truth: GroundTruth, strategy: str, seed: int, budget: int,
             outcome, value = handle(cid, eff, role, bool(trial.user_attrs.get(A.REPLICATE)))
             if on_record:
                 on_record(out.records[-1])
-            if value is None:
+            if value is None and strategy == GP:
+                # GPSampler reads COMPLETE trials only (a PRUNED one is invisible to it, and
+                # it would propose the same failure forever): a failure is told feasible-
+                # less, at the worst value measured so far, and its constraint says why
+                trial.set_constraint("failed", 1.0)
+                worst = min((v for vs in out.told.values() for v in vs), default=0.0)
+                study.tell(trial, worst)
+            elif value is None:
                 trial.set_constraint("failed", 1.0)
                 study.tell(trial, state=TrialState.PRUNED)
             else:
