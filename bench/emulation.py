@@ -202,7 +202,8 @@ def emulate(truth: GroundTruth, strategy: str, seed: int, budget: int,
     """One sweep of ``budget`` restarts in all: the confirm phase's (when the study has
     one) come out of it."""
     spec, space = truth.spec, truth.space
-    rng = random.Random(f"{strategy}/{seed}")
+    # the same noise stream for every strategy at a seed (common random numbers)
+    rng = random.Random(f"noise/{seed}")
     top = spec.sweep.confirm_top
     confirm_cost = CONFIRM_ROUNDS * (top + (1 if spec.baseline else 0)) if top else 0
     sweep_budget = max(1, budget - confirm_cost)

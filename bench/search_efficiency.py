@@ -188,8 +188,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--budget", type=int, default=40,
                     help="restarts per sweep, the confirm phase's included")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes")
-    ap.add_argument("--gp-seeds", type=int, default=6,
-                    help="seeds for gp (~25 s per sweep on one core: all 20 take ~8 min)")
+    ap.add_argument("--gp-seeds", type=int, default=4,
+                    help="seeds for gp (~25-50 s per sweep on one core: all 20 seeds take 10+ min)")
     args = ap.parse_args(argv)
     strategies: list[Any] = []
     for s in args.strategy:
