@@ -86,7 +86,7 @@ def sampler_for(strategy: str, spec: StudySpec, seed: int) -> optuna.samplers.Ba
         return optuna.samplers.GPSampler(seed=seed, n_startup_trials=spec.sweep.n_startup_trials,
                                          warn_independent_sampling=False)
     name = spec.sweep.sampler if strategy == DEFAULT else strategy
-    return make_sampler(name, seed, spec.sweep.n_startup_trials)
+    return make_sampler(name, seed, spec.sweep.n_startup_trials, space=SearchSpace(spec))
 
 
 # --------------------------------------------------------------------------- ground truth
@@ -146,23 +146,29 @@ class GroundTruth:
     def measure(self, cid: str, rng: random.Random, runs: int | None = None) -> list[float]:
         """benchmark.runs per-request tok/s, the simulator's schedule x its noise
         (engine.NoiseSource.draw per measured request; the warm-up is not counted)."""
+        return self.measure_accept(cid, rng, runs)[0]
+
+    def measure_accept(self, cid: str, rng: random.Random, runs: int | None = None
+                       ) -> tuple[list[float], float | None]:
+        """``measure`` and the mean accept length the server's counters would report."""
         cfg = self.configs[cid].truth.config
         assert cfg is not None
         p, bench = self.profile, self.spec.benchmark
         batch = max(1, min(bench.concurrency, cfg.max_running))
         cycle = M.cycle_ms(p, cfg, batch)
         prefill = M.prefill_ms(p, cfg, batch)
-        out = []
+        out, accepts = [], []
         for _ in range(bench.runs if runs is None else runs):
             tf = math.exp(rng.gauss(0.0, p.noise.cycle_sd))
             af = math.exp(rng.gauss(0.0, p.noise.accept_sd))
             if cfg.speculative:
                 dist = M.accept_distribution(M.depth_acceptance(p, cfg, af))
                 steps = M.verify_steps_for(dist, bench.max_tokens)
+                accepts.append((bench.max_tokens - 1) / steps)
             else:
                 steps = bench.max_tokens - 1
             out.append(bench.max_tokens / ((prefill + steps * cycle) * tf) * 1000.0)
-        return out
+        return out, (statistics.fmean(accepts) if accepts else None)
 
 
 # --------------------------------------------------------------------------- the sweep
@@ -211,36 +217,42 @@ def emulate(truth: GroundTruth, strategy: str, seed: int, budget: int,
     memory = FailureMemory()
     in_a_row = 0
 
-    def handle(cid: str, eff: dict[str, Any], role: str, replicate: bool
-               ) -> tuple[str, float | None]:
+    measured_in: dict[str, list[int]] = {}
+
+    def handle(cid: str, eff: dict[str, Any], role: str, replicate: bool, number: int
+               ) -> tuple[float | None, dict[str, Any]]:
+        """-> (value told, or None for PRUNED; the user attributes the Recorder writes)."""
         nonlocal in_a_row
         fails = truth.fails(cid)
+        attrs: dict[str, Any] = {A.ROLE: role, A.CONFIG_ID: cid, A.EFFECTIVE: eff}
         if role == A.SAMPLER and not replicate and cid in out.told and in_a_row < REPEAT_LIMIT:
             in_a_row += 1
             value = statistics.fmean(out.told[cid])
             out.records.append(Record(role, cid, eff, "repeat", fails, value, out.restarts,
                                       out.best()))
-            return "repeat", value
-        number = len(out.records)
-        if memory.predict(cid, eff) is not None:
+            return value, {**attrs, A.REPEAT_OF: list(measured_in[cid])}
+        predicted = memory.predict(cid, eff)
+        if predicted is not None:
             out.records.append(Record(role, cid, eff, "skipped", fails, None, out.restarts,
                                       out.best()))
-            return "skipped", None
+            return None, {**attrs, A.SKIPPED: True, A.FAILURE: predicted.kind}
         in_a_row = 0
         out.restarts += 1
         if fails:
-            memory.add(number, cid, eff, truth.configs[cid].truth.failure)
+            failure = truth.configs[cid].truth.failure
+            memory.add(number, cid, eff, failure)
             out.records.append(Record(role, cid, eff, "failed", True, None, out.restarts,
                                       out.best()))
-            return "failed", None
+            return None, {**attrs, A.FAILURE: failure}
         memory.add(number, cid, eff, None)
-        runs = truth.measure(cid, rng)
+        runs, accept = truth.measure_accept(cid, rng)
         value = statistics.fmean(runs)
         out.runs.setdefault(cid, []).extend(runs)
         out.told.setdefault(cid, []).append(value)
+        measured_in.setdefault(cid, []).append(number)
         out.records.append(Record(role, cid, eff, "measured", False, value, out.restarts,
                                   out.best()))
-        return "measured", value
+        return value, {**attrs, A.RUNS: runs, **({A.ACCEPT: accept} if accept else {})}
 
     def done() -> bool:
         # a sampler stuck on known failures stops the way the sweeper aborts (SKIP limit)
@@ -260,16 +272,20 @@ def emulate(truth: GroundTruth, strategy: str, seed: int, budget: int,
         for cid, eff, role in order:
             if done():
                 break
-            handle(cid, eff, role, replicate=False)
+            handle(cid, eff, role, False, len(out.records))
             if on_record:
                 on_record(out.records[-1])
     else:
-        study = optuna.create_study(direction="maximize",
-                                    sampler=sampler_for(strategy, spec, seed))
+        sampler = sampler_for(strategy, spec, seed)
+        study = optuna.create_study(direction="maximize", sampler=sampler)
+        # what the sweep records for a sampler that plans with the budget (search/model/)
+        study.set_user_attr(A.BUDGET, {"start": 0, "target": sweep_budget,
+                                       "trials": sweep_budget})
+        deliberate = getattr(sampler, "deliberate", None)
         if spec.baseline and strategy == GP:
             # GPSampler models the parameters every trial has: the baseline's empty
             # trial would leave it none (all random). Measured, but not told to it.
-            handle(truth.baseline_cid, {}, A.BASELINE, replicate=False)
+            handle(truth.baseline_cid, {}, A.BASELINE, False, -1)
         elif spec.baseline:
             study.enqueue_trial({}, user_attrs={A.ROLE: A.BASELINE})
         for point in spec.start_from:
@@ -285,7 +301,13 @@ def emulate(truth: GroundTruth, strategy: str, seed: int, budget: int,
                 launch = space.launch_config(eff)
             cid = launch.config_id()
             truth.config(cid, launch)
-            outcome, value = handle(cid, eff, role, bool(trial.user_attrs.get(A.REPLICATE)))
+            note = deliberate(trial.number) if deliberate and role == A.SAMPLER else None
+            if note:  # a racing replicate: a repeat on purpose, measured (run/sweep.py)
+                trial.set_user_attr(A.REPLICATE, note)
+            value, attrs = handle(cid, eff, role, bool(trial.user_attrs.get(A.REPLICATE)),
+                                  trial.number)
+            for key, v in attrs.items():
+                trial.set_user_attr(key, v)
             if on_record:
                 on_record(out.records[-1])
             if value is None and strategy == GP:
@@ -301,22 +323,24 @@ def emulate(truth: GroundTruth, strategy: str, seed: int, budget: int,
             else:
                 trial.set_constraint("failed", 0.0)
                 study.tell(trial, value)
-    out.final, out.confirm_restarts = confirm_pick(out, truth, seed)
+    out.final, out.confirm_restarts = confirm_phase(out.runs, truth, seed)
     return out
 
 
-def confirm_pick(sweep: Sweep, truth: GroundTruth, seed: int) -> tuple[str | None, int]:
+def confirm_phase(pool: dict[str, list[float]], truth: GroundTruth, seed: int
+                  ) -> tuple[str | None, int]:
     """run/confirm.py's phase: the top ``sweep.confirm_top`` configurations (pooled means,
     baseline excluded) and the baseline re-measured, ``ceil(confirm_runs / rounds)`` runs
     per visit, one restart per visit; the fresh runs alone decide, and the baseline wins if
     nothing beats it. -> (winner, restarts)."""
     spec = truth.spec
     top = spec.sweep.confirm_top
-    ranked = sorted((c for c in sweep.runs if c != truth.baseline_cid),
-                    key=lambda c: statistics.fmean(sweep.runs[c]), reverse=True)[:top]
+    ranked = sorted((c for c in pool if c != truth.baseline_cid),
+                    key=lambda c: statistics.fmean(pool[c]), reverse=True)[:top]
     if not top or not ranked:
-        return sweep.best(), 0
-    cands = ranked + ([truth.baseline_cid] if truth.baseline_cid in sweep.runs else [])
+        best = max(pool, key=lambda c: statistics.fmean(pool[c]), default=None)
+        return best, 0
+    cands = ranked + ([truth.baseline_cid] if truth.baseline_cid in pool else [])
     rng = random.Random(f"confirm/{seed}")
     per_visit = max(1, math.ceil(spec.sweep.confirm_runs / CONFIRM_ROUNDS))
     fresh: dict[str, list[float]] = {c: [] for c in cands}

@@ -48,6 +48,7 @@ from emulation import (  # noqa: E402
     SKIP_FIRST,
     GroundTruth,
     Honesty,
+    confirm_phase,
     emulate,
     gp_missing,
     honesty,
@@ -87,6 +88,25 @@ def study_for(profile: str) -> tuple[str, StudySpec, str]:
     if not path.exists():
         sys.exit(f"--profile {profile}: neither demo, kimi, a file nor a name in {LANDSCAPES}")
     return path.stem, _with_profile(ROOT / "studies" / "demo.yaml", str(path), False), str(path)
+
+
+def demo_study() -> StudySpec:
+    return study_for("demo")[1]
+
+
+def kimi_study() -> StudySpec:
+    return study_for("kimi")[1]
+
+
+def confirm_pick(records: list[Any], truth: GroundTruth, seed: int) -> tuple[str | None, int]:
+    """run/confirm.py's phase over records with ``cid`` and ``value`` (one value per
+    record, pooled by configuration): emulation.confirm_phase for older callers
+    (bench/model_eval.py)."""
+    pool: dict[str, list[float]] = {}
+    for r in records:
+        if r.value is not None:
+            pool.setdefault(r.cid, []).append(r.value)
+    return confirm_phase(pool, truth, seed)
 
 
 # --------------------------------------------------------------------------- one seed
