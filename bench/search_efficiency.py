@@ -35,6 +35,7 @@ import multiprocessing
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,7 @@ from emulation import (  # noqa: E402
     strategies_available,
 )
 
+from sweeper.search.space import SearchSpace  # noqa: E402
 from sweeper.study import StudySpec, load_study, parse_study  # noqa: E402
 
 BUILTIN = ("demo", "kimi")
@@ -96,6 +98,12 @@ def demo_study() -> StudySpec:
 
 def kimi_study() -> StudySpec:
     return study_for("kimi")[1]
+
+
+def enumerate_space(space: SearchSpace) -> Iterator[dict[str, Any]]:
+    """Every effective configuration of ``space`` (SearchSpace.configurations)."""
+    for _, eff in space.configurations():
+        yield eff
 
 
 def confirm_pick(records: list[Any], truth: GroundTruth, seed: int) -> tuple[str | None, int]:
