@@ -64,9 +64,8 @@ class Feasibility:
             p = np.full(len(batch), PRIOR_FAIL)
         else:
             p = 1.0 / (1.0 + np.exp(-(self._features(batch) @ self.w)))
-        for i, cid in enumerate(config_ids):
-            if cid in self.failed_ids:
-                p[i] = 1.0
+        if self.failed_ids:
+            p[np.isin(np.asarray(config_ids), list(self.failed_ids))] = 1.0
         if self.ooms:
             p = np.maximum(p, self._oom_dominated(batch))
         return p
@@ -80,8 +79,8 @@ class Feasibility:
                 continue
             larger = (batch.tp == fs.draft_tp) & \
                 (batch.sizes >= [fs.steps, fs.topk, fs.draft]).all(1)
-            same = batch.rest == _key(frest)
-            flags = batch.flags == _key(_flags(frest))
+            same = batch.rest == batch.rest_codes.get(_key(frest), -1)
+            flags = batch.flags == batch.flag_codes.get(_key(_flags(frest)), -1)
             out = np.maximum(out, np.where(larger & same, 0.95,
                                            np.where(larger & flags, 0.8, 0.0)))
         return out
@@ -92,7 +91,7 @@ def _flags(rest: dict) -> dict:
 
 
 def _key(rest: dict) -> str:
-    return repr(sorted((k, str(v)) for k, v in rest.items()))
+    return repr(sorted((k, str(v)) for k, v in rest.items()))  # as encode.Batch keys them
 
 
 def _logistic(F: np.ndarray, y: np.ndarray, prior0: float, iters: int = 25) -> np.ndarray:
