@@ -108,7 +108,8 @@ class Encoder:
         for eff in effs:
             s = self.shape(eff)
             if s is not None:
-                seen |= {("topk", str(s.topk)), ("draft_tp", s.draft_tp), ("steps", str(s.steps))}
+                seen |= {("topk", str(s.topk)), ("draft_tp", s.draft_tp), ("steps", str(s.steps)),
+                         ("topk x draft_tp", f"{s.topk} x {s.draft_tp}")}  # own cost terms
             seen |= {(k, str(v)) for k, v in others(eff).items()}
         return seen
 
