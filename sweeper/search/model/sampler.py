@@ -181,7 +181,7 @@ class ModelSampler(BaseSampler):
         # squared: a failure costs a restart and teaches little about speed
         ei = sd * (z * norm.cdf(z) + norm.pdf(z)) * (1.0 - p_fail) ** 2
         ei = np.where(open_, ei, -1.0)
-        explore = float(ei.max()) * self._endgame(study, finished)
+        explore = float(ei.max()) * self._endgame(study, finished) ** 2
         call = self._race(history, model)
         if call is not None and (call.value > explore or not open_.any()):
             obs = next(o for o in model.obs if o.config_id == call.key)
