@@ -44,9 +44,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from search_efficiency import GroundTruth, confirm_pick, demo_study, kimi_study  # noqa: E402
 
+from sweeper.measure.stats import p_within  # noqa: E402
 from sweeper.results import attrs as A  # noqa: E402
 from sweeper.search.failures import FailureMemory  # noqa: E402
-from sweeper.measure.stats import p_within  # noqa: E402
 from sweeper.search.sampler import make_sampler  # noqa: E402
 from sweeper.sim import model as M  # noqa: E402
 

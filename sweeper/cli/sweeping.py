@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from typing import TYPE_CHECKING, Annotated
 
@@ -28,6 +29,13 @@ if TYPE_CHECKING:
 
 
 
+def resume_hint() -> str:
+    """The command that resumes what this one was doing: the same command, without the
+    options that would start over (``--fresh`` deletes what it should resume)."""
+    words = [w for w in sys.argv[1:] if w not in ("--fresh", "--yes")]
+    return "Resume with the same command: sweeper " + shlex.join(words)
+
+
 def _allow_delete(yes: bool, study: str, storage: str) -> bool:
     """``--fresh`` on a study that has trials: ``--yes``, or a yes at the terminal."""
     def ask(n: int) -> bool:
@@ -51,7 +59,7 @@ def optimize(
     storage: StorageOpt = None,
     # a plain string checked by make_sampler: a bad name is one line, not a usage block
     sampler: Annotated[str | None, typer.Option(
-        help=f"The search algorithm: {' or '.join(SAMPLERS)} (default: the study's "
+        help=f"The search algorithm: {', '.join(SAMPLERS)} (default: the study's "
              "sweep.sampler).")] = None,
     seed: Annotated[int | None, typer.Option(help="Sampler seed.")] = None,
     keep_best: Annotated[bool, typer.Option("--keep-best", help="Leave the best configuration "
@@ -68,42 +76,44 @@ def optimize(
 ) -> None:
     """Run the sweep: restart SGLang with each proposed configuration and benchmark it."""
     spec = load(study)  # first: bad input is refused before the heavy imports
+    if spec.objective.multi and (confirm or keep_best):
+        raise InputError(f"{spec.path}: objective: pareto has a front, not one winner; "
+                         f"{'--confirm' if confirm else '--keep-best'} needs {{at: LEVEL}} "
+                         "or {mix: ...}")
     import optuna
 
     from sweeper.results.headline import Headline
     from sweeper.results.status import print_summary
     from sweeper.run.confirm import leaders, leaders_changed
     from sweeper.run.progress import ConsoleReporter
-    from sweeper.run.sweep import Sweep, SweepAborted, SweepOptions
+    from sweeper.run.sweep import SweepAborted, SweepOptions
+    from sweeper.run.workers import HostPool
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # we report trials ourselves
     opts = SweepOptions(trials=trials, timeout=timeout, storage=storage,
                         sampler=sampler, seed=seed,
                         keep_best=keep_best)
     reporter = ConsoleReporter(out)
-    sweep = Sweep(spec, opts, reporter)
-    sweep.open(fresh=fresh,
-               allow_delete=_allow_delete(yes, spec.name, public_url(sweep.storage_url)))
-    if sweep.summary.simulated:
+    pool = HostPool(spec, opts, reporter)  # one worker per host (one host: one worker)
+    pool.open(fresh=fresh,
+              allow_delete=_allow_delete(yes, spec.name, public_url(pool.storage_url)))
+    sweep = pool.primary  # the confirm phase runs on the first host
+    if pool.summary.simulated:
         out.print(simulated_note())
-    if len(spec.hosts) > 1:
-        err.print(f"warning: {spec.path}: hosts: this version drives one host per sweep; "
-                  f"using {spec.hosts[0].ssh}, not {', '.join(h.ssh for h in spec.hosts[1:])}",
-                  markup=False, soft_wrap=True)
-    out.print(f"Study {spec.name!r} in {public_url(sweep.storage_url)}, server on "
-              f"{sweep.host.name}. "
-              "Ctrl-C stops cleanly; the same command resumes.")
+    where = "server on" if len(pool.live) == 1 else f"{len(pool.live)} servers on"
+    out.print(f"Study {spec.name!r} in {public_url(pool.storage_url)}, {where} "
+              f"{pool.describe_hosts()}. Ctrl-C stops cleanly. {resume_hint()}",
+              markup=False, soft_wrap=True)
     try:
-        summary = sweep.run()
+        summary = pool.run()
     except KeyboardInterrupt:
         reporter.close()
         err.print(f"interrupted: the current trial was recorded as failed and queued again, "
-                  f"its server stopped. Resume with the same command: sweeper optimize "
-                  f"--study {study} --trials {trials}", markup=False, soft_wrap=True)
+                  f"its server stopped. {resume_hint()}", markup=False, soft_wrap=True)
         raise typer.Exit(130) from None
     except SweepAborted as exc:
         reporter.close()
-        print_summary(out, sweep.summary, Headline.of(sweep.study, spec.benchmark.objective))
+        print_summary(out, pool.summary, Headline.of(pool.study, spec.benchmark.objective))
         err.print(f"error: sweep stopped: {one_line(str(exc))}", markup=False, soft_wrap=True)
         raise typer.Exit(1) from None
     top = 0 if no_confirm else (spec.sweep.confirm_top if confirm is None else confirm)
@@ -118,10 +128,13 @@ def optimize(
         if not leaders(sweep.study, spec.benchmark.objective, top):
             out.print("Confirm phase skipped: no speculative configuration was measured.")
         elif leaders_changed(sweep.study, spec.benchmark.objective, top):
+            # a kill from here on resumes the confirm phase, not a new batch of trials
+            pool.budget.save(pool.study, trials, phase="confirm")
             _confirm(sweep, top, runs, reporter, rounds)
         else:
             out.print(f"Confirm phase skipped: the top {top} are the configurations the last "
                       "confirm phase measured (`sweeper confirm` measures them again).")
+    pool.done()
     reporter.close()
     print_summary(out, summary, Headline.of(sweep.study, spec.benchmark.objective))
 
@@ -138,8 +151,8 @@ def _confirm(sweep: Sweep, top: int, runs: int, reporter: ConsoleReporter,
     except KeyboardInterrupt:
         reporter.close()
         sweep.stop_server()
-        err.print("interrupted during the confirm phase; measurements so far are kept. "
-                  "Run `sweeper confirm` again to redo it.", markup=False)
+        err.print("interrupted during the confirm phase: the measurements so far are kept, "
+                  f"its server stopped. {resume_hint()}", markup=False, soft_wrap=True)
         raise typer.Exit(130) from None
     reporter.close()
     print_confirm(out, outcome)
@@ -165,6 +178,7 @@ def confirm(study: StudyOpt, storage: StorageOpt = None,
         _confirm(sweep, top, runs or spec.sweep.confirm_runs, reporter)
     finally:
         sweep.stop_server()
+        sweep.close()
 
 
 @app.command()
@@ -180,6 +194,7 @@ def stop(study: StudyOpt, storage: StorageOpt = None) -> None:
         handle = sweep.stop_kept()
     finally:
         sweep.host.close()
+        sweep.close()
     if handle is None:
         out.print(f"no server left running by study {spec.name!r}")
     else:

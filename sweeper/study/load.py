@@ -298,9 +298,12 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
             except InputError as exc:
                 fail(path, key, str(exc).removeprefix("ssh target "),
                      "write local, an ~/.ssh/config alias, or user@host[:port]")
-        if h.ssh in seen_hosts:
-            fail(path, key, f"host {show(h.ssh)} is listed twice", "list each host once")
-        seen_hosts.add(h.ssh)
+        where = f"{h.ssh}:{h.port or raw.server.port}"  # two servers on one port collide
+        if where in seen_hosts:
+            fail(path, key, f"host {show(h.ssh)} is listed twice on port "
+                 f"{h.port or raw.server.port}", "list each host once, or give each entry "
+                 "its own port (hosts[i].port)")
+        seen_hosts.add(where)
         python = h.python if h.python is not None else (
             sys.executable if h.is_local else "python3")
         if not python.strip():
@@ -356,6 +359,9 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
     rules = check_rules(path, space, server.args)
     levels = parse_levels(path, raw.benchmark.concurrency)
     objective = parse_objective(path, raw.objective, levels)
+    if objective.multi and raw.sweep.confirm_top:
+        fail(path, "sweep.confirm_top", "pareto has a front, not one winner to confirm",
+             "set it to 0, or use objective {at: LEVEL} or {mix: ...}")
     spec = StudySpec(name=name, path=path, storage=storage, hosts=hosts, server=server,
                      baseline=raw.baseline, space=space, start_from=[],
                      benchmark=raw.benchmark, sweep=raw.sweep, rules=rules,
