@@ -19,7 +19,8 @@ Per trial (``_plan``, once, on the first parameter asked):
    expected to gain, propose a measured configuration again, as a deliberate replicate.
 
 The plan's parameters are handed out by ``sample_independent``; a parameter the plan
-does not fix (a float, a parameter outside the walk) goes to the inner TPE.
+does not fix (outside the walk, or a value its distribution does not hold) goes to the
+inner TPE.
 ``deliberate(number)`` tells the sweep that a trial is a racing replicate so it can mark
 it (results/attrs.REPLICATE).
 """
@@ -35,6 +36,7 @@ import optuna
 from optuna.distributions import (
     BaseDistribution,
     CategoricalDistribution,
+    FloatDistribution,
     IntDistribution,
 )
 from optuna.samplers import BaseSampler
@@ -66,12 +68,16 @@ def _fits(dist: BaseDistribution, value: Any) -> bool:
         return value in dist.choices
     if isinstance(dist, IntDistribution):
         return isinstance(value, int) and dist.low <= value <= dist.high
-    return False  # floats: the inner sampler draws them for real
+    if isinstance(dist, FloatDistribution):
+        return isinstance(value, float) and dist.low <= value <= dist.high
+    return False
 
 
 def _finished(t: FrozenTrial) -> bool:
-    return t.state in (TrialState.COMPLETE, TrialState.PRUNED) and \
-        not t.user_attrs.get(A.SKIPPED) and not t.user_attrs.get(A.CONFIRM)
+    """A trial that cost a restart (run/reconcile.counts_as_finished's rule)."""
+    ua = t.user_attrs
+    return t.state in (TrialState.COMPLETE, TrialState.PRUNED) and not ua.get(A.SKIPPED) \
+        and not ua.get(A.CONFIRM) and not ua.get(A.REPEAT_OF)
 
 
 class ModelSampler(BaseSampler):
