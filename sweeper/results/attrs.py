@@ -17,6 +17,11 @@ SERVER = "server"  # ServerHandle.to_attrs(): enough to find and stop the server
 ATTEMPT = "attempt"  # how many times an infrastructure fault re-queued these params
 RETRY_OF = "retry_of"  # the trial number this one repeats
 CONFIRM = "confirm"  # True on the confirm phase's fresh measurements
+REPLAYED_FROM = "replayed_from"  # measured in this trial, stored later (run/pending.py)
+REPLAY_ID = "replay_id"  # the kept record's id: a replay never writes it twice
+# A deliberate replicate (racing, search/model/): {"of": [trials of the configuration],
+# "reason": "..."}; a repeat without it is an accident
+REPLICATE = "replicate"
 
 RUNS = "tok_s_runs"  # per-run tok/s of the counted runs
 TOK_S_MEAN = "tok_s_mean"
@@ -52,6 +57,12 @@ def total_key(level: int) -> str:
 FAILURE = "failure"  # failure class: a ConfigurationFailure kind or an infrastructure kind
 FAILURE_MSG = "failure_message"
 SKIPPED = "skipped_known_failure"  # predicted to fail: recorded, no restart spent
+# An accidental repeat of a configuration already measured: no restart, told the mean of the
+# values of these earlier trials (a list of trial numbers); never pooled as a measurement.
+REPEAT_OF = "repeat_of"
+# Set (True) by whoever enqueues a replicate on purpose (the racing of the leaders): such a
+# trial is measured again even though its configuration was measured before.
+REPLICATE = "is_deliberate_replicate"
 LOG_TAIL = "log_tail"
 # Optuna 5 constraints are system attributes the dashboard does not show: mirrored here.
 CONSTRAINT_MIRROR = "constraint_failed"
@@ -75,3 +86,10 @@ KEPT_SERVER = "sweeper:kept_server"  # the server --keep-best left running
 # A sweep killed (or Ctrl-C'd) leaves it behind, and the same command resumes towards
 # the same target instead of starting N trials afresh.
 BUDGET = "sweeper:budget"
+
+# --- several hosts (run/workers.py) --------------------------------------------------------
+HOST = "host"  # trial: the host that measured it (HostSpec.label)
+GROUP = "group"  # trial: its host's group; results are compared within a group only
+BACKED_OFF = "backed_off"  # trial: handed back before any restart (why), never measured
+# study: one key per host, {"state", "trial", "why", "group", "machine", "pid", "at"}
+HOST_STATE_PREFIX = "sweeper:host:"

@@ -39,12 +39,22 @@ class Headline:
     goal: Objective = field(default_factory=lambda: Objective("at", (1,), at=1))
     per_level: dict[int, R.ConfigResult] = field(default_factory=dict)
     front: list[R.ConfigResult] = field(default_factory=list)
+    sure: float | None = None
 
     @classmethod
     def of(cls, study: optuna.Study, objective: str = "mean",
            trials: list[FrozenTrial] | None = None) -> Headline:
         v = R.verdict(study, objective, trials)
-        return cls(v.best, v.baseline, v.confirmed, v.goal, v.per_level, v.front)
+        return cls(v.best, v.baseline, v.confirmed, goal=v.goal, per_level=v.per_level,
+                   front=v.front, sure=v.sure)
+
+    def how_sure(self) -> str | None:
+        """``How sure: 87% that it is within 1% of every other configuration measured``"""
+        if self.sure is None or self.best is None:
+            return None
+        among = "in the confirm phase" if self.confirmed else "measured"
+        return (f"How sure: {self.sure:.0%} that it is within {R.SURE_TOL:.0%} of every "
+                f"other configuration {among} (pooled runs, normal approximation)")
 
     @property
     def unit(self) -> str:
@@ -126,6 +136,9 @@ class Headline:
                        f"{R.fmt_ratio(self.speedup)}")
         if self.confirmed:
             out.append("(the winner of the confirm phase, on its fresh interleaved runs)")
+        sure = self.how_sure()
+        if sure:
+            out.append(sure)
         if len(self.goal.levels) > 1:
             out[0] = f"Best for {self.goal.describe()}: {out[0].removeprefix('Best: ')}"
             out += ["Winner per level:", *self.level_lines()]
@@ -145,7 +158,8 @@ class Headline:
             return "no configuration has completed yet"
         vs = f"; {R.fmt_ratio(self.speedup)} vs baseline" if self.speedup else ""
         how = "; confirmed on fresh runs" if self.confirmed else ""
-        return f"{self.label} — {self.figure()}{vs}{how}{levels}"
+        sure = f"; {self.sure:.0%} sure within {R.SURE_TOL:.0%}" if self.sure is not None else ""
+        return f"{self.label} — {self.figure()}{vs}{how}{sure}{levels}"
 
     def short(self) -> str:
         """The live output's label: ``best 535.6 ± 30.2 (trials 12, 30 pooled, +58.9%)``."""
@@ -180,6 +194,8 @@ class Headline:
                                            if self.speedup and self.baseline else "")]
         if self.confirmed:
             parts += ["", "Decided by the confirm phase on fresh, interleaved runs."]
+        if self.how_sure():
+            parts += ["", str(self.how_sure())]
         if len(self.goal.levels) > 1:
             parts += ["", f"Tuned for {self.goal.describe()}.", "", "### Winner per level", "",
                       *[f"- {x}" for x in self.level_lines()]]

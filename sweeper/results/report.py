@@ -183,7 +183,8 @@ def _importance(trials: list[FrozenTrial], spec: StudySpec, knobs: list[str]) ->
     from optuna.distributions import CategoricalDistribution
 
     done = [t for t in trials if t.state == TrialState.COMPLETE and t.values
-            and t.user_attrs.get(A.EFFECTIVE) and not t.user_attrs.get(A.CONFIRM)]
+            and t.user_attrs.get(A.EFFECTIVE) and not t.user_attrs.get(A.CONFIRM)
+            and not t.user_attrs.get(A.REPEAT_OF)]
     if len({t.user_attrs.get(A.CONFIG_ID) for t in done}) < 3:
         return {}
     values: dict[str, set[str]] = {k: set() for k in knobs}

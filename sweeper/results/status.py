@@ -19,6 +19,7 @@ import sweeper.results.verdict as R
 from sweeper.measure.stats import summarize
 from sweeper.results import attrs as A
 from sweeper.results.headline import SIM_NOTE, Headline
+from sweeper.results.hosts import print_hosts
 from sweeper.results.storage import load_existing
 from sweeper.results.table import trials_frame
 from sweeper.study.base import public_url
@@ -124,6 +125,7 @@ def print_status(console: Console, spec: StudySpec, storage_url: str,
     if started:
         console.print(f"[dim]first trial started {started:%Y-%m-%d %H:%M}; "
                       f"now {dt.datetime.now():%H:%M}[/]", soft_wrap=False)
+    print_hosts(console, study, spec.benchmark.objective, trials)
     for line in Headline.of(study, spec.benchmark.objective, trials).lines():
         console.print(line, soft_wrap=False)  # wrapped at words to the terminal's width
     if study.user_attrs.get(A.SIMULATED):
@@ -149,8 +151,12 @@ def _row(t: FrozenTrial, base: R.ConfigResult | None, wide: bool) -> list[str]:
         vs = R.fmt_ratio(ratio) if wide else R.fmt_ratio(ratio).split(" ")[0]
     acc = f"{ua[A.ACCEPT]:.2f}" if ua.get(A.ACCEPT) else "-"
     note = str(ua.get(A.FAILURE, "") or "")
+    if ua.get(A.BACKED_OFF):
+        note = f"handed back: {ua[A.BACKED_OFF]}"
     if ua.get(A.SKIPPED):
         note = f"{note} (skipped: known)"
+    elif ua.get(A.REPEAT_OF):
+        note = f"repeat of {', '.join(map(str, ua[A.REPEAT_OF]))}, no restart"
     elif wide and t.state in (TrialState.FAIL, TrialState.PRUNED) and ua.get(A.FAILURE_MSG):
         note = f"{note}: {ua[A.FAILURE_MSG]}"
     if ua.get(A.CONFIRM):

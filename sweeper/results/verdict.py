@@ -15,7 +15,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from sweeper.measure.stats import Ratio, Stats, speedup, summarize
+from sweeper.measure.stats import Ratio, Stats, p_within, speedup, summarize
 from sweeper.results import attrs as A
 from sweeper.results.levels import LevelRuns, level_winners, pareto_front
 from sweeper.study.objective import Objective
@@ -62,8 +62,9 @@ def config_results(trials: Sequence[FrozenTrial]) -> list[ConfigResult]:
     trials is one configuration whose runs are pooled."""
     groups: dict[str, ConfigResult] = {}
     for t in trials:
-        if t.state != TrialState.COMPLETE or A.CONFIG_ID not in t.user_attrs:
-            continue
+        if t.state != TrialState.COMPLETE or A.CONFIG_ID not in t.user_attrs \
+                or t.user_attrs.get(A.REPEAT_OF):
+            continue  # a repeat resolved without a restart measured nothing
         cid = str(t.user_attrs[A.CONFIG_ID])
         res = groups.get(cid)
         if res is None:
@@ -105,10 +106,26 @@ class Verdict:
     goal: Objective = field(default_factory=lambda: Objective("at", (1,), at=1))
     per_level: dict[int, ConfigResult] = field(default_factory=dict)
     front: list[ConfigResult] = field(default_factory=list)
+    # estimated probability that the best is truly within 1% of every other configuration
+    # it was chosen from (measure/stats.p_within); None with nothing to compare
+    sure: float | None = None
 
     @property
     def levels(self) -> tuple[int, ...]:
         return self.goal.levels
+
+
+SURE_TOL = 0.01
+
+
+def _sure(best: ConfigResult | None, pool: Sequence[ConfigResult]) -> float | None:
+    """Every measurement of the winner (sweep, racing and confirm runs pooled) against
+    every other configuration measured that could win."""
+    if best is None:
+        return None
+    mine = next((r for r in pool if r.config_id == best.config_id), best)
+    rest = [r.runs for r in pool if r.config_id != best.config_id and r.runs]
+    return p_within(mine.runs, rest, SURE_TOL) if rest else None
 
 
 def study_goal(study: optuna.Study) -> Objective:
@@ -129,12 +146,16 @@ def verdict(study: optuna.Study, objective: str = "mean",
             return Verdict(None, baseline_result(config_results(trials)), False, goal,
                            per_level, pareto_front(pooled, goal))
         v = _verdict(trials, confirmed, objective, lossy)
-        return Verdict(v.best, v.baseline, v.confirmed, goal, per_level)
+        return Verdict(v.best, v.baseline, v.confirmed, goal, per_level, sure=v.sure)
     return _verdict(trials, confirmed, objective, lossy)
 
 
 def _verdict(trials: Sequence[FrozenTrial], confirmed: dict[str, Any] | None, objective: str,
              lossy: set[str]) -> Verdict:
+    results = config_results(trials)
+    # configurations the last confirm phase found lossy (outputs unlike the baseline's)
+    # never win, here either (run/confirm.py decides which)
+    top = [r for r in ranked(results, objective) if r.config_id not in lossy]
     if confirmed:
         # the runs of the last confirm phase, exactly as its table showed them
         numbers = {n for ns in (confirmed.get("trials") or {}).values() for n in ns}
@@ -142,12 +163,9 @@ def _verdict(trials: Sequence[FrozenTrial], confirmed: dict[str, Any] | None, ob
                                 and (not numbers or t.number in numbers)])
         winner = next((r for r in fresh if r.config_id == confirmed.get("winner")), None)
         if winner is not None:
-            return Verdict(winner, baseline_result(fresh), True)
-    results = config_results(trials)
-    # configurations the last confirm phase found lossy (outputs unlike the baseline's)
-    # never win, here either (run/confirm.py decides which)
-    top = [r for r in ranked(results, objective) if r.config_id not in lossy]
-    return Verdict(top[0] if top else None, baseline_result(results), False)
+            return Verdict(winner, baseline_result(fresh), True, sure=_sure(winner, top))
+    best = top[0] if top else None
+    return Verdict(best, baseline_result(results), False, sure=_sure(best, top))
 
 
 def best_result(study: optuna.Study, objective: str = "mean",

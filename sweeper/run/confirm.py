@@ -171,7 +171,7 @@ def _visit(sweep: Sweep, cand: Candidate, tag: str, bench: Any,
     try:
         m = sweep.runner.measure(cand.config, tag, bench, label=label,
                                  on_start=lambda h: rec.server_started(slot, h),
-                                 primary=sweep.spec.objective.primary)
+                                 phase="confirm-", primary=sweep.spec.objective.primary)
     except BaseException as exc:
         rec.fail(slot, getattr(exc, "kind", "interrupted"), str(exc) or type(exc).__name__)
         raise

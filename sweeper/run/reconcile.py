@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,9 +47,11 @@ def owned_pgids(study: optuna.Study) -> set[int]:
 
 def counts_as_finished(t: FrozenTrial) -> bool:
     """A trial that cost a restart and ended (measured, or failed on the server). The
-    proposals skipped as known failures cost nothing; confirm runs are not the sweep's."""
+    proposals skipped as known failures or resolved as repeats cost nothing; confirm runs
+    are not the sweep's."""
     return t.state in (TrialState.COMPLETE, TrialState.PRUNED) and \
-        not t.user_attrs.get(A.SKIPPED) and not t.user_attrs.get(A.CONFIRM)
+        not t.user_attrs.get(A.SKIPPED) and not t.user_attrs.get(A.CONFIRM) \
+        and not t.user_attrs.get(A.REPEAT_OF)
 
 
 def finished_count(study: optuna.Study) -> int:
@@ -65,13 +67,16 @@ def requeue(study: optuna.Study, t: FrozenTrial | Trial, count_attempt: bool) ->
     return attempt
 
 
-def reconcile(study: optuna.Study, recorder: Recorder, host: Host,
+def reconcile(study: optuna.Study, recorder: Recorder, host: Host | Sequence[Host],
               stop: Callable[[ServerHandle], None], line: Callable[[str], None]) -> int:
     """Trials left RUNNING by a sweeper that no longer runs: stop their servers, mark them
-    FAIL (interrupted) and enqueue their parameters again. Returns how many."""
+    FAIL (interrupted) and enqueue their parameters again. Returns how many. With several
+    hosts, ``stop`` finds the right one by the handle's host name."""
     me = socket.gethostname()
+    hosts = {h.name: h for h in ([host] if isinstance(host, Host) else host)}
     kept = study.user_attrs.get(A.KEPT_SERVER)
-    if kept and kept.get("host") == host.name:
+    if kept and kept.get("host") in hosts:
+        host = hosts[kept["host"]]
         handle = ServerHandle.from_attrs(kept)
         if host.group_alive(handle.pgid):
             line(f"stopping the server left running by --keep-best (pgid {handle.pgid})")
@@ -87,9 +92,9 @@ def reconcile(study: optuna.Study, recorder: Recorder, host: Host,
                  f"{owner.get('machine')}; leaving it alone[/]")
             continue
         server = t.user_attrs.get(A.SERVER)
-        if server and server.get("host") == host.name:
+        if server and server.get("host") in hosts:
             handle = ServerHandle.from_attrs(server)
-            if host.group_alive(handle.pgid):
+            if hosts[handle.host].group_alive(handle.pgid):
                 line(f"stopping the server of interrupted trial {t.number} "
                      f"(pgid {handle.pgid})")
                 with contextlib.suppress(InfrastructureError):
@@ -105,35 +110,49 @@ def reconcile(study: optuna.Study, recorder: Recorder, host: Host,
 @dataclass(frozen=True)
 class Budget:
     """``--trials N`` means N more finished trials, except when the same command resumes a
-    sweep that was killed or interrupted: then it goes on to that sweep's target."""
+    sweep that was killed or interrupted: then it goes on to that sweep's target, and to its
+    confirm phase if that is where it stopped (``phase``)."""
 
     start: int
     target: int
     done: int
     resumed: bool
+    phase: str = "sweep"  # "confirm": the trials were done, the confirm phase was not
+    joined: bool = False  # another sweeper may still be working towards the same target
 
     @property
     def todo(self) -> int:
-        return self.target - self.done
+        return max(0, self.target - self.done)
 
     @classmethod
     def of(cls, study: optuna.Study, trials: int) -> Budget:
         done = finished_count(study)
         old: dict[str, Any] = study.user_attrs.get(A.BUDGET) or {}
         owner_pid = int(old.get("pid", -1))
-        owner_alive = old.get("machine") == socket.gethostname() and pid_alive(owner_pid) \
-            and owner_pid != os.getpid()
-        if old and old.get("trials") == trials and not owner_alive \
-                and old.get("target", 0) > done:
-            return cls(int(old["start"]), int(old["target"]), done, True)
+        here = old.get("machine") == socket.gethostname()
+        joined = owner_pid != os.getpid() and (not here or pid_alive(owner_pid))
+        confirming = old.get("phase") == "confirm" and not joined
+        # A sweep still running (here or on another machine) with the same --trials is
+        # joined, not added to: sweepers on several machines share one target. One that
+        # was interrupted is resumed towards its target, its confirm phase included.
+        if old and old.get("trials") == trials \
+                and (old.get("target", 0) >= done or confirming):
+            return cls(int(old["start"]), int(old["target"]), done, True,
+                       "confirm" if confirming else "sweep", joined)
         return cls(done, done + trials, done, False)
 
-    def save(self, study: optuna.Study, trials: int) -> None:
+    def save(self, study: optuna.Study, trials: int, phase: str = "sweep") -> None:
         study.set_user_attr(A.BUDGET, {
-            "start": self.start, "target": self.target, "trials": trials,
+            "start": self.start, "target": self.target, "trials": trials, "phase": phase,
             "machine": socket.gethostname(), "pid": os.getpid()})
 
     def describe(self, trials: int) -> str:
+        if self.resumed and self.phase == "confirm" and not self.todo:
+            return (f"resuming the interrupted sweep: its {trials} trials were done; "
+                    "resuming its confirm phase")
+        if self.resumed and self.joined:
+            return (f"sharing the sweep of {trials} trials with the sweeper that started it "
+                    f"({self.done - self.start} done, {self.todo} to go between us)")
         if self.resumed:
             return (f"resuming the interrupted sweep: {self.done - self.start} of {trials} "
                     f"trials were done, {self.todo} to go")

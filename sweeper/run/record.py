@@ -34,7 +34,9 @@ from sweeper.measure.levels import objective_figures
 from sweeper.measure.stats import Ratio, summarize
 from sweeper.remote.server import ServerHandle
 from sweeper.results import attrs as A
+from sweeper.run import pending
 from sweeper.run.trial import Measurement
+from sweeper.study.base import public_url
 from sweeper.study.objective import Objective
 
 MESSAGE_CHARS = 500
@@ -54,13 +56,18 @@ class Slot:
 class Recorder:
     def __init__(self, study: optuna.Study, storage: optuna.storages.BaseStorage,
                  artifacts: FileSystemArtifactStore, scrub: Callable[[str], str],
-                 goal: Objective | None = None) -> None:
+                 storage_url: str = "", goal: Objective | None = None) -> None:
         self.study = study
         self.goal = goal or Objective("at", (1,), at=1)
         self.storage = storage
         self.artifacts = artifacts
         self.scrub = scrub
+        self.storage_url = storage_url
         self._study_id = storage.get_study_id_from_name(study.study_name)
+        # what this process wrote to each trial, so that a measurement whose recording
+        # fails is kept whole (run/pending.py)
+        self._written: dict[int, dict[str, Any]] = {}
+        self._started: dict[int, datetime] = {}
 
     # --- slots -------------------------------------------------------------------------
     def slot(self, trial: Trial) -> Slot:
@@ -85,6 +92,8 @@ class Recorder:
         return Slot(self.storage.get_trial(trial_id).number, trial_id)
 
     def set(self, slot: Slot, **values: Any) -> None:
+        self._written.setdefault(slot.trial_id, {}).update(values)
+        self._started.setdefault(slot.trial_id, datetime.now())
         for key, value in values.items():
             self.storage.set_trial_user_attr(slot.trial_id, key, value)
 
@@ -105,17 +114,21 @@ class Recorder:
     def prune(self, slot: Slot, kind: str, message: str, *, log_tail: str = "",
               log: str | None = None, skipped: bool = False) -> None:
         """The configuration's fault (or predicted to be): PRUNED + infeasible."""
-        if slot.trial is not None:
-            slot.trial.set_constraint("failed", 1.0)
         values: dict[str, Any] = {A.CONSTRAINT_MIRROR: 1.0, A.FAILURE: kind,
                                   A.FAILURE_MSG: self.scrub(message)[:MESSAGE_CHARS]}
         if skipped:
             values[A.SKIPPED] = True
         if log_tail:
             values[A.LOG_TAIL] = self.scrub(log_tail)[-LOG_TAIL_CHARS:]
-        self.set(slot, **values)
-        self.upload_log(slot, log)
-        self.study.tell(slot.number, state=TrialState.PRUNED)
+        self._end(slot, values, TrialState.PRUNED, None, 1.0, [self._log_artifact(slot, log)])
+
+    def repeat(self, slot: Slot, value: float, of: list[int]) -> None:
+        """An accidental repeat of a measured configuration, resolved without a restart:
+        the sampler is told the mean of what the earlier trials were told."""
+        if slot.trial is not None:
+            slot.trial.set_constraint("failed", 0.0)
+        self.set(slot, **{A.CONSTRAINT_MIRROR: 0.0, A.REPEAT_OF: list(of)})
+        self.study.tell(slot.number, value)
 
     def fail(self, slot: Slot, kind: str, message: str, *, log: str | None = None) -> None:
         """Not the configuration's fault: FAIL (the caller re-queues the parameters)."""
@@ -131,8 +144,6 @@ class Recorder:
         result = m.bench
         levels, series, told = self._figures(m)
         st = summarize(series)
-        if slot.trial is not None:
-            slot.trial.set_constraint("failed", 0.0)
         values: dict[str, Any] = {
             A.CONSTRAINT_MIRROR: 0.0,
             A.RUNS: series,
@@ -156,11 +167,55 @@ class Recorder:
                 values[A.DECODE_EAGER] = m.decode.eager_lines
         if speedup is not None:
             values[A.SPEEDUP] = speedup.ratio
-        self.set(slot, **values)
-        self.upload_json(slot, "benchmark.json", result.to_dict() if len(m.levels) < 2 else
-                         {str(c): r.to_dict() for c, r in m.levels.items()})
-        self.upload_log(slot, log)
-        self.study.tell(slot.number, told if self.goal.multi else told[0])
+        evidence = result.to_dict() if len(m.levels) < 2 else \
+            {str(c): r.to_dict() for c, r in m.levels.items()}
+        self._end(slot, values, TrialState.COMPLETE, told if self.goal.multi else told[:1], 0.0,
+                  [self._json_artifact("benchmark.json", evidence), self._log_artifact(slot, log)])
+
+    def _end(self, slot: Slot, values: dict[str, Any], state: TrialState,
+             objective: list[float] | None, constraint: float,
+             artifacts: list[dict[str, str] | None]) -> None:
+        """The last writes of a trial that was measured (or failed on its own). When the
+        storage fails here, the trial as it would have been stored is kept on local disk
+        for the next run (run/pending.py) and StorageFault says where."""
+        kept = [a for a in artifacts if a is not None]
+        self._written.setdefault(slot.trial_id, {}).update(values)  # kept even if none lands
+        try:
+            if slot.trial is not None:
+                slot.trial.set_constraint("failed", constraint)
+            self.set(slot, **values)
+            for a in kept:
+                self._upload(slot, a["name"], a["text"], a["mimetype"])
+            if state == TrialState.COMPLETE:
+                assert objective is not None
+                self.study.tell(slot.number, objective if len(objective) > 1 else objective[0])
+            else:
+                self.study.tell(slot.number, state=state)
+        except Exception as exc:
+            if not pending.is_storage_error(exc):
+                raise
+            raise self._keep(slot, state, objective, constraint, kept, exc) from exc
+
+    def _keep(self, slot: Slot, state: TrialState, objective: list[float] | None,
+              constraint: float, artifacts: list[dict[str, str]],
+              exc: BaseException) -> pending.StorageFault:
+        if slot.trial is not None:
+            params, dists = slot.trial.params, slot.trial.distributions
+        else:  # a confirm measurement: its parameters were stored when it began
+            frozen = self.storage.get_trial(slot.trial_id)
+            params, dists = frozen.params, frozen.distributions
+        record = pending.Pending.of(
+            self.study.study_name, slot.number, state, objective, params, dists,
+            self._written.get(slot.trial_id, {}), constraint,
+            self._started.get(slot.trial_id), artifacts)
+        where = pending.save(self.storage_url, record)
+        shown = public_url(self.storage_url) if self.storage_url else "the study's storage"
+        kept = (f"the measurement is kept in {where} and written in by the next run: fix "
+                "the storage, then run the same command" if where is not None else
+                "the measurement could not be kept anywhere on local disk either (lost)")
+        return pending.StorageFault(f"storage {shown} failed while recording trial "
+                                    f"{slot.number} ({pending.cause_of(exc)}); the server "
+                                    f"was stopped; {kept}", kept=where)
 
     def _figures(self, m: Measurement) -> tuple[dict[int, dict[str, Any]], list[float],
                                                  list[float]]:
@@ -174,14 +229,29 @@ class Recorder:
 
     # --- artifacts ----------------------------------------------------------------------
     def upload_json(self, slot: Slot, name: str, data: dict[str, Any]) -> None:
-        text = self.scrub(json.dumps(data, indent=2, default=str))
-        self._upload(slot, name, text, "application/json")
+        a = self._json_artifact(name, data)
+        self._upload(slot, a["name"], a["text"], a["mimetype"])
 
     def upload_log(self, slot: Slot, text: str | None) -> None:
+        a = self._log_artifact(slot, text)
+        if a is not None:
+            self._upload(slot, a["name"], a["text"], a["mimetype"])
+
+    def _json_artifact(self, name: str, data: dict[str, Any]) -> dict[str, str]:
+        return {"name": name, "text": self.scrub(json.dumps(data, indent=2, default=str)),
+                "mimetype": "application/json"}
+
+    def _log_artifact(self, slot: Slot, text: str | None) -> dict[str, str] | None:
         """The server's log, scrubbed, served by the dashboard as text (not a download)."""
-        if text is not None:
-            self._upload(slot, f"server-trial-{slot.number:04d}.log", self.scrub(text),
-                         "text/plain")
+        if text is None:
+            return None
+        return {"name": f"server-trial-{slot.number:04d}.log", "text": self.scrub(text),
+                "mimetype": "text/plain"}
+
+    def upload_to(self, trial_id: int, artifact: dict[str, str]) -> None:
+        """A kept artifact written in by a later run (run/pending.py)."""
+        self._upload(Slot(-1, trial_id), artifact["name"], artifact["text"],
+                     artifact["mimetype"])
 
     def upload_study_json(self, name: str, data: dict[str, Any]) -> None:
         """A study-level artifact (the dashboard lists it on the study's page)."""

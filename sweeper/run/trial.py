@@ -22,6 +22,7 @@ from sweeper.measure.levels import run_levels
 from sweeper.measure.logs import DecodeSummary, parse_decode_lines, summarize_decode
 from sweeper.remote import Host
 from sweeper.remote.server import ServerHandle, ServerManager
+from sweeper.run.killpoint import killpoint
 from sweeper.run.progress import NullReporter, Reporter
 from sweeper.study import HostSpec, ServerSpec
 
@@ -47,33 +48,41 @@ class TrialRunner:
     """Serves configurations on one host, one at a time, and measures them."""
 
     def __init__(self, host: Host, python: str, server: ServerSpec, host_spec: HostSpec,
-                 reporter: Reporter | None = None) -> None:
+                 reporter: Reporter | None = None, *, workdir: str | None = None,
+                 marker: str | None = None) -> None:
+        """``workdir``: the study's own folder on the host (remote/workdir.py), default the
+        host's workdir; ``marker``: the study key its servers carry in their environment."""
         self.host = host
         self.python = python
         self.server = server
         self.host_spec = host_spec
-        self.manager = ServerManager(host, host_spec.workdir or "~/.sweeper", python)
+        self.manager = ServerManager(host, workdir or host_spec.workdir or "~/.sweeper", python,
+                                     marker)
         self.report: Reporter = reporter or NullReporter()
         self.current: ServerHandle | None = None
 
     def measure(self, config: LaunchConfig, tag: str, bench: BenchSpec, *, label: str = "",
                 on_start: Callable[[ServerHandle], None] | None = None,
-                primary: int | None = None) -> Measurement:
+                phase: str = "", primary: int | None = None) -> Measurement:
         """Serve ``config`` (restarting unless it is already serving) and benchmark it at
         every level of ``bench.concurrency`` (the restart is paid once). ``primary`` is
         the level that stands for the trial (default: the lowest). ``label`` prefixes the
-        progress phases. A benchmark with no usable run is the configuration's fault (a
-        crash-like failure), not the network's."""
-        handle, startup_s, reused = self._serve(config, tag, label, on_start)
+        progress phases; ``phase`` the kill points (run/killpoint.py). A benchmark with no
+        usable run is the configuration's fault (a crash-like failure), not the network's."""
+        handle, startup_s, reused = self._serve(config, tag, label, on_start, phase)
         with self.reach(config) as base_url:
             if not reused:
                 startup_s = self.wait_healthy(handle, base_url, label)
             self.report.phase(f"{label}benchmarking")
             log_start = self.host.file_size(handle.log_path) or 0
             try:
+                def progress(msg: str) -> None:
+                    self.report.phase(f"{label}{msg}")
+                    if msg.startswith("run 1/"):
+                        killpoint(f"{phase}benchmark")
+
                 levels = run_levels(
-                    base_url, bench,
-                    on_progress=lambda msg: self.report.phase(f"{label}{msg}"),
+                    base_url, bench, on_progress=progress,
                     check_server=lambda: self.manager.check_alive(handle),
                     api_key=config.api_key)
             except BenchmarkError as exc:
@@ -87,7 +96,7 @@ class TrialRunner:
         return Measurement(config, handle, main, startup_s, decode, reused, levels)
 
     def _serve(self, config: LaunchConfig, tag: str, label: str,
-               on_start: Callable[[ServerHandle], None] | None
+               on_start: Callable[[ServerHandle], None] | None, phase: str = ""
                ) -> tuple[ServerHandle, float, bool]:
         handle = self.current
         if handle is not None and handle.config_id == config.config_id() and \
@@ -100,6 +109,7 @@ class TrialRunner:
             handle = self.manager.start(config, tag)
             self.current = handle
             reused = False
+            killpoint(f"{phase}started")  # the server runs, the study does not say so yet
         if on_start is not None:
             on_start(handle)
         return handle, 0.0, reused

@@ -298,9 +298,12 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
             except InputError as exc:
                 fail(path, key, str(exc).removeprefix("ssh target "),
                      "write local, an ~/.ssh/config alias, or user@host[:port]")
-        if h.ssh in seen_hosts:
-            fail(path, key, f"host {show(h.ssh)} is listed twice", "list each host once")
-        seen_hosts.add(h.ssh)
+        where = f"{h.ssh}:{h.port or raw.server.port}"  # two servers on one port collide
+        if where in seen_hosts:
+            fail(path, key, f"host {show(h.ssh)} is listed twice on port "
+                 f"{h.port or raw.server.port}", "list each host once, or give each entry "
+                 "its own port (hosts[i].port)")
+        seen_hosts.add(where)
         python = h.python if h.python is not None else (
             sys.executable if h.is_local else "python3")
         if not python.strip():

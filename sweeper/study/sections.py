@@ -47,6 +47,18 @@ class HostSpec(_Model):
     python: str | None = None
     workdir: str | None = None  # resolved to ~/.sweeper/<study name> by load_study
     url: str | None = None  # reach the server here directly instead of an SSH tunnel
+    # Results are compared only within a group (the same hardware). Default: the GPU type
+    # the host reports (sweeper/remote/groups.py).
+    group: str | None = None
+    # The server's port on this host (default: server.port): two workers on one machine
+    # (two `local` entries, or one node reached under two aliases) need two ports.
+    port: int | None = Field(None, ge=1, le=65535)
+
+    @property
+    def label(self) -> str:
+        """What messages, trial attributes and `status` call this host: its target, with
+        the port when one is set (two entries may share a machine)."""
+        return f"{self.ssh}:{self.port}" if self.port is not None else self.ssh
 
     @property
     def is_local(self) -> bool:
@@ -93,6 +105,9 @@ class BenchSpec(_Model):
     prompts: str = "builtin"  # or a path to a .jsonl file
     request_timeout: Duration = 600.0  # total deadline per request, enforced by the client
     objective: Literal["mean", "median", "min"] = "mean"  # of per-run tok/s
+    # POST /flush_cache before every run: each starts from an empty prefix cache, so every
+    # run (and every configuration) measures the same work
+    flush_cache: bool = True
     model: str | None = None  # None -> ask /v1/models, else send this name
     # A stream silent this long is stalled (httpx's read timeout is per chunk).
     stall_timeout: Duration = 120.0
@@ -136,7 +151,7 @@ class BenchSpec(_Model):
 
 
 class SweepSpec(_Model):
-    sampler: Literal["tpe", "random"] = "tpe"
+    sampler: Literal["tpe", "random", "model"] = "tpe"
     seed: int | None = None
     max_retries: int = Field(2, ge=0)
     max_consecutive_failures: int = Field(5, ge=1)

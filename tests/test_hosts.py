@@ -1,0 +1,140 @@
+"""Several hosts, one study: the claim rules (pure logic over trials), groups from
+nvidia-smi output, one host's view of a study, and a real sweep on three local workers
+whose search space is too small for all of them at once."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from sweeper.remote import LocalHost, free_port
+from sweeper.remote.groups import UNKNOWN, detect_group, group_from_names, sim_query_argv
+from sweeper.results import attrs as A
+from sweeper.run.claims import admitted, duplicate_of, needs_baseline, room
+from sweeper.run.sweep import SweepOptions
+from sweeper.run.workers import HostPool, host_view
+from sweeper.study import parse_study
+
+from .conftest import demo_study_data
+
+T0 = datetime(2026, 1, 1)
+
+
+def trial(number: int, state: TrialState, start_s: float | None = 0.0,
+          **attrs: object) -> FrozenTrial:
+    return FrozenTrial(number=number, state=state, value=1.0 if state == TrialState.COMPLETE
+                       else None, datetime_start=None if start_s is None else
+                       T0 + timedelta(seconds=start_s),
+                       datetime_complete=None, params={}, distributions={},
+                       user_attrs=dict(attrs), system_attrs={}, intermediate_values={},
+                       trial_id=number)
+
+
+def test_room_counts_finished_and_in_flight_but_not_handed_back_or_confirm() -> None:
+    trials = [trial(0, TrialState.COMPLETE), trial(1, TrialState.PRUNED),
+              trial(2, TrialState.RUNNING), trial(3, TrialState.FAIL),
+              trial(4, TrialState.RUNNING, **{A.BACKED_OFF: "dup"}),
+              trial(5, TrialState.RUNNING, **{A.CONFIRM: True}),
+              trial(6, TrialState.PRUNED, **{A.SKIPPED: True})]
+    assert room(trials, 4) == 1  # 2 finished + 1 in flight
+
+
+def test_of_two_racing_for_the_last_place_only_the_later_one_backs_off() -> None:
+    # both asked when one place was left; trial 7 started first although numbered later
+    # (a queued trial keeps the number it got when it was queued)
+    trials = [trial(0, TrialState.COMPLETE), trial(7, TrialState.RUNNING, start_s=1.0),
+              trial(3, TrialState.RUNNING, start_s=2.0)]
+    assert admitted(trials, 7, target=2)
+    assert not admitted(trials, 3, target=2)
+    # with room for both, both go on
+    assert admitted(trials, 3, target=3)
+
+
+def test_a_configuration_in_flight_is_a_duplicate_in_its_group_only() -> None:
+    trials = [trial(1, TrialState.RUNNING, **{A.CONFIG_ID: "c", A.GROUP: "H200"}),
+              trial(2, TrialState.COMPLETE, **{A.CONFIG_ID: "d", A.GROUP: "H200"})]
+    assert duplicate_of(trials, 9, "c", "H200") == 1
+    assert duplicate_of(trials, 9, "c", "A100") is None  # other hardware: measure it there
+    assert duplicate_of(trials, 9, "d", "H200") is None  # finished: a replicate is fine
+    assert duplicate_of(trials, 1, "c", "H200") is None  # itself
+
+
+def test_each_group_gets_its_own_baseline() -> None:
+    queued = trial(0, TrialState.WAITING, start_s=None, **{A.ROLE: A.BASELINE})
+    assert not needs_baseline([queued], "A100")  # the study's queued one goes first
+    measured = trial(0, TrialState.COMPLETE, **{A.ROLE: A.BASELINE, A.GROUP: "H200"})
+    assert not needs_baseline([measured], "H200")
+    assert needs_baseline([measured], "A100")
+
+
+def test_groups_from_nvidia_smi_lines() -> None:
+    assert group_from_names("NVIDIA H200\nNVIDIA H200\n") == "NVIDIA H200"
+    assert group_from_names("NVIDIA A100-SXM4-80GB\nNVIDIA H100\n") == \
+        "NVIDIA A100-SXM4-80GB+NVIDIA H100"
+    assert group_from_names("\n") is None
+    assert sim_query_argv(["/py", "-m", "sweeper.sim", "--sim-profile", "x", "--sim-seed",
+                           "1"]) == ["/py", "-m", "sweeper.sim.nvidia_smi", "--sim-profile",
+                                     "x", "--query-gpu=name", "--format=csv,noheader"]
+    assert sim_query_argv(["/py", "-m", "sglang.launch_server"]) is None
+
+
+def test_a_simulated_host_reports_its_profile_gpu() -> None:
+    import sys
+
+    host = LocalHost()
+    argv = [sys.executable, "-m", "sweeper.sim", "--sim-profile", "demo"]
+    assert "(simulated)" in detect_group(host, argv)
+    assert detect_group(host, [sys.executable, "-m", "nothing_here"]) == UNKNOWN
+
+
+def test_a_host_view_is_that_host_on_its_port(tmp_path: Path) -> None:
+    data = demo_study_data(tmp_path)
+    data["hosts"] = [{"ssh": "local", "port": 40001}, {"ssh": "local", "port": 40002,
+                                                       "group": "g"}]
+    spec = parse_study(data, tmp_path / "t.yaml")
+    view = host_view(spec, 1)
+    assert [h.label for h in view.hosts] == ["local:40002"] and view.server.port == 40002
+    assert view.sweep.seed == spec.sweep.seed + 1  # workers do not propose in lockstep
+
+
+def test_three_hosts_never_measure_one_configuration_at_once(tmp_path: Path) -> None:
+    """Two configurations, three hosts, four trials: without the in-flight rule two hosts
+    would serve the same configuration at once (the sampler has nothing else to give)."""
+    data = demo_study_data(tmp_path, baseline=False, start_from=[],
+                           sweep={"seed": 5, "n_startup_trials": 2})
+    data["space"] = {"speculative-num-steps": {"choices": [2, 3]},
+                     "speculative-eagle-topk": {"choices": [1]}}
+    data["server"]["launcher"] += " --sim-noise 0"
+    data["hosts"] = [{"ssh": "local", "port": free_port(), "workdir": str(tmp_path / f"h{i}")}
+                     for i in range(3)]
+    spec = parse_study(data, tmp_path / "t.yaml")
+    pool = HostPool(spec, SweepOptions(trials=4))
+    pool.open()
+    summary = pool.run()
+    assert summary.finished == 4
+    trials = optuna.load_study(study_name="t", storage=spec.storage).trials
+    measured = [t for t in trials if t.user_attrs.get(A.SERVER)]
+    assert len([t for t in measured if t.state.is_finished()
+                and t.state != TrialState.FAIL]) == 4
+    assert_no_overlap(measured)
+    assert {t.user_attrs[A.HOST] for t in measured} >= {h["ssh"] + f":{h['port']}"
+                                                        for h in data["hosts"][:2]}
+    assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+
+
+def assert_no_overlap(trials: list[FrozenTrial]) -> None:
+    """No two trials served the same configuration in the same group at the same time."""
+    for a in trials:
+        for b in trials:
+            if a.number >= b.number or a.user_attrs[A.CONFIG_ID] != b.user_attrs[A.CONFIG_ID]:
+                continue
+            if a.user_attrs.get(A.GROUP) != b.user_attrs.get(A.GROUP):
+                continue
+            a0, a1 = a.datetime_start, a.datetime_complete or datetime.max
+            b0, b1 = b.datetime_start, b.datetime_complete or datetime.max
+            assert a1 <= b0 or b1 <= a0, f"trials {a.number} and {b.number} overlap"
+
+
