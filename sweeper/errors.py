@@ -33,13 +33,19 @@ class PreflightError(InputError):
     """The host or its SGLang cannot run this study (missing flag, no launcher...)."""
 
 
+class SweepLocked(InputError):
+    """Another sweeper works on this study and host; the message names its PID."""
+
+
 class HostKeyUnknown(InputError):
     """The SSH host key is not in known_hosts; the message says how to trust it."""
 
 
 # --- the configuration's fault -------------------------------------------------
 
-CONFIG_FAILURE_KINDS = ("oom", "invalid_args", "nccl", "crash", "hang", "startup_timeout")
+# server_error: healthy, but every request answered 5xx, through every retry of the study
+CONFIG_FAILURE_KINDS = ("oom", "invalid_args", "nccl", "crash", "hang", "startup_timeout",
+                        "server_error")
 
 
 class ConfigurationFailure(SweeperError):
@@ -75,6 +81,17 @@ class PortBusy(InfrastructureError):
 
 class BenchmarkTransportError(InfrastructureError):
     kind = "bench_transport"
+
+
+class ServerErrorResponse(BenchmarkTransportError):
+    """The server is up but answers 5xx: retried like a transport fault; when the study's
+    retries are used up, the configuration is recorded as failing (``server_error``)."""
+
+    kind = "server_error"
+
+    def __init__(self, message: str, body: str = "") -> None:
+        super().__init__(message)
+        self.body = body  # the last response body, kept with the trial's log
 
 
 class CommandTimeout(InfrastructureError):

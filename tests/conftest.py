@@ -22,6 +22,8 @@ import yaml
 
 from sweeper.remote import free_port
 
+from .timeouts import duration, scaled
+
 pytest_plugins = ["tests.sshd"]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,8 +39,8 @@ def demo_study_data(tmp: Path, **overrides: Any) -> dict[str, Any]:
         "server": {
             "launcher": SIM_LAUNCHER,
             "port": free_port(),
-            "startup_timeout": "30s",
-            "hang_timeout": "4s",
+            "startup_timeout": duration(30),
+            "hang_timeout": duration(4),
             "stop_grace": "5s",
             "args": {"model-path": "sim/demo-model", "tp-size": 4,
                      "speculative-algorithm": "EAGLE3",
@@ -116,6 +118,7 @@ def _stop_recorded_servers(tmp_path: Path) -> Iterator[None]:
 
 def wait_for(cond: Callable[[], Any], timeout: float, what: str) -> Any:
     """Poll ``cond`` until it returns something truthy, within a bounded deadline."""
+    timeout = scaled(timeout)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = cond()
@@ -174,7 +177,7 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The real command, as a user runs it."""
     return subprocess.run([sys.executable, "-m", "sweeper", *args], cwd=cwd or ROOT,
-                          capture_output=True, text=True, timeout=timeout,
+                          capture_output=True, text=True, timeout=scaled(timeout),
                           env={**os.environ, "COLUMNS": "200", **(env or {})})
 
 

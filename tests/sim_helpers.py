@@ -12,6 +12,8 @@ import pytest
 
 from sweeper.sim.harness import SimProcess, http_get
 
+from .timeouts import scaled
+
 FAST = ["--sim-startup-seconds", "0.05"]
 EAGLE = [
     "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "draft",
@@ -45,6 +47,7 @@ def spawn(tmp_path: Path) -> Iterator[Spawn]:
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
     """Poll with a bounded deadline; never a bare sleep as synchronisation."""
+    timeout = scaled(timeout)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

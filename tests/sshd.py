@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.timeouts import scaled
+
 SSHD = "/usr/sbin/sshd"
 ALIAS = "gpu-test"
 
@@ -51,6 +53,7 @@ def _wait_banner(
     port: int, proc: subprocess.Popen[bytes], log: Path, timeout: float = 10.0
 ) -> None:
     """Ready = it answers with an SSH banner (listening alone is not enough)."""
+    timeout = scaled(timeout)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -24,7 +24,7 @@ from optuna.distributions import (
 
 from sweeper.errors import StudyError
 from sweeper.launch import LaunchConfig
-from sweeper.search.space import BRANCH_SEP, SearchSpace, user_name
+from sweeper.search.space import BRANCH_SEP, DRAFT_POSITION, SearchSpace, user_name
 from sweeper.study import DRAFT, STEPS, TOPK, TRIPLE, StudySpec, load_study, parse_study
 
 REPO = Path(__file__).resolve().parent.parent
@@ -109,33 +109,8 @@ def values(dist: BaseDistribution) -> list[Any]:
 
 def enumerate_space(sp: SearchSpace) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """Every (internal params, effective params) the space can produce for the
-    speculative triple (other parameters at their first value), by depth-first search
-    over the walk's picks."""
-    out = []
-    stack: list[list[int]] = [[]]
-    while stack:
-        prefix = stack.pop()
-        depth = 0
-        internal: dict[str, Any] = {}
-
-        def pick(name: str, dist: BaseDistribution, prefix: list[int] = prefix,
-                 internal: dict[str, Any] = internal) -> Any:
-            nonlocal depth
-            vals = values(dist)
-            if user_name(name) not in TRIPLE:
-                internal[name] = vals[0]
-                return vals[0]
-            if depth == len(prefix):
-                stack.extend(prefix + [j] for j in range(1, len(vals)))
-                prefix.append(0)
-            v = vals[prefix[depth]]
-            depth += 1
-            internal[name] = v
-            return v
-
-        eff = sp._walk(pick)
-        out.append((internal, eff))
-    return out
+    speculative triple (other parameters at their first value)."""
+    return list(sp.configurations(every_plain=False))
 
 
 def brute_force(spec: StudySpec) -> set[tuple[int, int, int]]:
@@ -157,11 +132,35 @@ def test_branch_names_demo() -> None:
     dists = sp.distributions()
     assert dists[STEPS] == IntDistribution(1, 6)
     assert dists[TOPK] == CategoricalDistribution([1, 2, 4])
-    assert dists[f"{DRAFT}|topk=2,steps=1"] == IntDistribution(2, 3)
-    assert dists[f"{DRAFT}|topk=2,steps=3"] == IntDistribution(2, 7)
-    assert dists[f"{DRAFT}|topk=4,steps=6"] == IntDistribution(2, 16)
-    assert not any(n.startswith(f"{DRAFT}|topk=1") for n in dists)
-    assert DRAFT not in dists  # never sampled under its plain name
+    # one draft-token parameter for every (topk, steps) branch: what TPE learns carries over
+    assert dists[DRAFT_POSITION] == FloatDistribution(0.0, 1.0)
+    assert [n for n in dists if user_name(n) == DRAFT] == [DRAFT_POSITION]
+    assert not any("topk=" in n for n in dists)
+    sp = SearchSpace(make())  # the same triple, no other parameter
+    assert sp.effective({TOPK: 2, STEPS: 1, DRAFT_POSITION: 0.0})[DRAFT] == 2
+    assert sp.effective({TOPK: 2, STEPS: 1, DRAFT_POSITION: 1.0})[DRAFT] == 3
+    assert sp.effective({TOPK: 2, STEPS: 3, DRAFT_POSITION: 0.99})[DRAFT] == 7
+    assert sp.effective({TOPK: 4, STEPS: 6, DRAFT_POSITION: 0.99})[DRAFT] == 16
+    assert sp.effective({TOPK: 4, STEPS: 6, DRAFT_POSITION: 0.0})[DRAFT] == 2
+
+
+def test_position_gives_every_valid_value_an_equal_share() -> None:
+    sp = SearchSpace(make())
+    for k, s, valid in ((2, 3, range(2, 8)), (4, 2, range(2, 10)), (2, 1, range(2, 4))):
+        got = [sp.effective({TOPK: k, STEPS: s, DRAFT_POSITION: (i + 0.5) / 1000})[DRAFT]
+               for i in range(1000)]
+        assert set(got) == set(valid)
+        shares = [got.count(v) for v in valid]
+        assert max(shares) - min(shares) <= 1, shares
+
+
+def test_trials_of_the_per_branch_space_stay_readable() -> None:
+    """A study made before the shared name: status/export read its trials."""
+    sp = SearchSpace(demo())
+    eff = sp.effective({TOPK: 2, STEPS: 3, f"{DRAFT}|topk=2,steps=3": 5,
+                        "speculative-draft-tp-size": 4, "env.NCCL_ALGO": "Tree",
+                        "env.NCCL_PROTO": "LL"})
+    assert eff[DRAFT] == 5
 
 
 def test_steps_branch_when_draft_low_is_high() -> None:
@@ -172,16 +171,21 @@ def test_steps_branch_when_draft_low_is_high() -> None:
     assert d[STEPS] == IntDistribution(1, 6)  # topk 1: every steps value
     assert d[f"{STEPS}{BRANCH_SEP}topk=2"] == IntDistribution(4, 6)
     assert d[f"{STEPS}{BRANCH_SEP}topk=4"] == IntDistribution(2, 6)
-    assert d[f"{DRAFT}|topk=2,steps=4"] == IntDistribution(8, 9)
+    assert sp.effective({TOPK: 2, f"{STEPS}{BRANCH_SEP}topk=2": 4,
+                         DRAFT_POSITION: 0.7})[DRAFT] == 9
 
 
 def test_single_value_branch_is_not_sampled() -> None:
     sp = SearchSpace(make({STEPS: {"int": [1, 2]}, TOPK: {"choices": [2]},
                            DRAFT: {"choices": [3, 5]}}))
-    d = sp.distributions()
-    assert f"{DRAFT}|topk=2,steps=1" not in d  # only 3 fits: fixed, not sampled
-    assert d[f"{DRAFT}|topk=2,steps=2"] == CategoricalDistribution([3, 5])
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    study.enqueue_trial({TOPK: 2, STEPS: 1})
+    trial = study.ask()
+    assert sp.suggest(trial)[DRAFT] == 3  # only 3 fits: fixed, not sampled
+    assert DRAFT_POSITION not in trial.params
     assert sp.effective({TOPK: 2, STEPS: 1})[DRAFT] == 3
+    assert {sp.effective({TOPK: 2, STEPS: 2, DRAFT_POSITION: p})[DRAFT]
+            for p in (0.2, 0.7)} == {3, 5}
 
 
 def test_topk_fixed_one_in_args() -> None:
@@ -283,7 +287,8 @@ def test_start_from_round_trip(load: Callable[[], StudySpec]) -> None:
 def test_start_from_tree_and_partial_entries() -> None:
     sp = SearchSpace(demo())
     internal = sp.internal_params({STEPS: 3, TOPK: 2, DRAFT: 7})
-    assert internal == {TOPK: 2, STEPS: 3, f"{DRAFT}|topk=2,steps=3": 7}
+    assert internal == {TOPK: 2, STEPS: 3, DRAFT_POSITION: 5.5 / 6}  # the last of 2..7
+    assert SearchSpace(make()).effective(internal)[DRAFT] == 7
     # no speculative numbers at all: the sampler picks them
     assert sp.internal_params({"env.NCCL_ALGO": "Ring"}) == {"env.NCCL_ALGO": "Ring"}
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
@@ -334,7 +339,9 @@ def test_sampled_trials_valid_and_distinct(spec_name: str, sampler_name: str,
         for name, dist in trial.distributions.items():
             assert dists[name] == dist, name
         assert sp.effective(trial.params) == eff
-        internal = tuple(sorted(trial.params.items()))
+        # a position is continuous: compare the draft tokens it stands for
+        internal = tuple(sorted((n, eff[DRAFT] if n == DRAFT_POSITION else v)
+                                for n, v in trial.params.items()))
         key = launch_key(cfg)
         assert seen.setdefault(key, internal) == internal, (key, internal, seen[key])
         # arbitrary but structured, so TPE has something to chase

@@ -17,6 +17,7 @@ import pytest
 
 from sweeper.errors import CommandTimeout
 from sweeper.remote.host import Host, free_port
+from tests.timeouts import scaled
 
 PY = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 ECHO_ARGV = "import json, os, sys; print(json.dumps([sys.argv[1:], os.environ.get('HOSTILE')]))"
@@ -24,7 +25,7 @@ ECHO_ARGV = "import json, os, sys; print(json.dumps([sys.argv[1:], os.environ.ge
 
 def wait_for(condition, timeout: float = 10.0, interval: float = 0.05) -> bool:
     """Poll ``condition`` until true or the deadline passes."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while time.monotonic() < deadline:
         if condition():
             return True
@@ -82,6 +83,20 @@ def test_run_timeout(any_host: Host) -> None:
         any_host.run(["sleep", "3"], timeout=0.5)
     assert time.monotonic() - start < 2.5
     any_host.check_alive()  # the host is still usable afterwards
+
+
+def test_run_timeout_kills_the_command_and_its_children(any_host: Host) -> None:
+    """Past its timeout a command is killed on the host with its whole process group: a
+    child it started does not run on either."""
+    token = f"sleep 9{uuid.uuid4().int % 10**6}.5"  # a duration nothing else sleeps
+    script = f"{token} & {token}; true"
+    with pytest.raises(CommandTimeout):
+        any_host.run(["sh", "-c", script], timeout=0.5)
+
+    def leftovers() -> list[str]:
+        ps = any_host.run(["ps", "-eo", "pid=,args="], timeout=20).stdout
+        return [line for line in ps.splitlines() if token in line and "ps -eo" not in line]
+    assert wait_for(lambda: not leftovers(), timeout=15), leftovers()
 
 
 def test_hostile_values_reach_argv_verbatim(any_host: Host, tmp_path: Path) -> None:

@@ -99,3 +99,35 @@ def test_sftp_put_and_get(sshd: Sshd, tmp_path: Path) -> None:
         assert host.file_size(str(remote_dir / "launch.yaml")) == src.stat().st_size
         with pytest.raises(FileNotFoundError):
             host.get_file(str(remote_dir / "missing"), tmp_path / "x")
+
+
+def test_forward_to_a_port_nobody_listens_on_keeps_the_connection(sshd: Sshd) -> None:
+    """While a server starts, the tunnel's health polls are refused by the host ("Secsh
+    channel open FAILED: Connection refused"). That refusal is about the port, not the
+    connection: a command running on the same connection at that moment must finish (it
+    was cut when a refusal dropped the connection, and the trial failed as ssh_lost)."""
+    import threading
+
+    import httpx
+
+    from sweeper.remote import free_port
+
+    host = sshd.ssh_host()
+    host.check_alive()
+    outcome: list[object] = []
+
+    def long_command() -> None:
+        try:
+            outcome.append(host.run(["sleep", "1.5"], timeout=30).exit_code)
+        except Exception as exc:  # noqa: BLE001 - the assertion below shows it
+            outcome.append(exc)
+
+    worker = threading.Thread(target=long_command, daemon=True)
+    worker.start()
+    with host.forward(free_port()) as url:
+        for _ in range(5):
+            with pytest.raises(httpx.HTTPError):
+                httpx.get(f"{url}/health", timeout=5)
+    worker.join(timeout=30)
+    assert outcome == [0], outcome
+    host.close()

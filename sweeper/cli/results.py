@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from sweeper.cli.common import StorageOpt, StudyOpt, app, errors, load, out
 from sweeper.errors import InputError
+
+if TYPE_CHECKING:
+    from sweeper.study import StudySpec
 
 
 @app.command()
@@ -36,12 +39,20 @@ def status(study: StudyOpt, storage: StorageOpt = None,
 def export(study: StudyOpt,
            output: Annotated[Path, typer.Option("-o", "--output", help="The launch YAML.")] =
            Path("best.yaml"),
-           storage: StorageOpt = None) -> None:
+           storage: StorageOpt = None,
+           at: Annotated[int | None, typer.Option(
+               "--at", help="The winner at this concurrency level (a study of several "
+                            "levels).")] = None,
+           adaptive: Annotated[bool, typer.Option(
+               "--adaptive", help="The per-level winners as SGLang's adaptive mode (steps by "
+                                  "batch size; JSON beside the YAML), when they differ only "
+                                  "in steps.")] = False) -> None:
     """Write the best configuration as a YAML for `sglang.launch_server --config`."""
     from sweeper.results.export import export_best
 
     spec = load(study)
-    written = export_best(spec, storage or spec.storage, output)
+    written = export_best(spec, storage or spec.storage, output, at=at, adaptive=adaptive,
+                          check_flags=lambda flags: _host_has(spec, flags))
     for line in written.lines:
         out.print(line, markup=False, soft_wrap=True)
 
@@ -74,3 +85,17 @@ def report(study: StudyOpt, storage: StorageOpt = None,
     written = write_report(spec, storage or spec.storage, output)
     for line in written.lines:
         out.print(line, markup=False, soft_wrap=True)
+
+
+def _host_has(spec: StudySpec, flags: list[str]) -> None:
+    """The study's host's SGLang has ``flags`` (its ``--help``), else PreflightError."""
+    from sweeper.launch import LaunchConfig
+    from sweeper.remote.preflight import require_flags
+    from sweeper.run.sweep import open_host
+
+    host, python = open_host(spec)
+    try:
+        require_flags(host, LaunchConfig(spec.server.launcher).launcher_argv(python),
+                      {f: "export --adaptive" for f in flags})
+    finally:
+        host.close()

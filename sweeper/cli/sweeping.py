@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from typing import TYPE_CHECKING, Annotated
 
@@ -28,6 +29,13 @@ if TYPE_CHECKING:
 
 
 
+def resume_hint() -> str:
+    """The command that resumes what this one was doing: the same command, without the
+    options that would start over (``--fresh`` deletes what it should resume)."""
+    words = [w for w in sys.argv[1:] if w not in ("--fresh", "--yes")]
+    return "Resume with the same command: sweeper " + shlex.join(words)
+
+
 def _allow_delete(yes: bool, study: str, storage: str) -> bool:
     """``--fresh`` on a study that has trials: ``--yes``, or a yes at the terminal."""
     def ask(n: int) -> bool:
@@ -51,7 +59,7 @@ def optimize(
     storage: StorageOpt = None,
     # a plain string checked by make_sampler: a bad name is one line, not a usage block
     sampler: Annotated[str | None, typer.Option(
-        help=f"The search algorithm: {' or '.join(SAMPLERS)} (default: the study's "
+        help=f"The search algorithm: {', '.join(SAMPLERS)} (default: the study's "
              "sweep.sampler).")] = None,
     seed: Annotated[int | None, typer.Option(help="Sampler seed.")] = None,
     keep_best: Annotated[bool, typer.Option("--keep-best", help="Leave the best configuration "
@@ -68,6 +76,10 @@ def optimize(
 ) -> None:
     """Run the sweep: restart SGLang with each proposed configuration and benchmark it."""
     spec = load(study)  # first: bad input is refused before the heavy imports
+    if spec.objective.multi and (confirm or keep_best):
+        raise InputError(f"{spec.path}: objective: pareto has a front, not one winner; "
+                         f"{'--confirm' if confirm else '--keep-best'} needs {{at: LEVEL}} "
+                         "or {mix: ...}")
     import optuna
 
     from sweeper.results.headline import Headline
@@ -90,15 +102,14 @@ def optimize(
         out.print(simulated_note())
     where = "server on" if len(pool.live) == 1 else f"{len(pool.live)} servers on"
     out.print(f"Study {spec.name!r} in {public_url(pool.storage_url)}, {where} "
-              f"{pool.describe_hosts()}. "
-              "Ctrl-C stops cleanly; the same command resumes.")
+              f"{pool.describe_hosts()}. Ctrl-C stops cleanly. {resume_hint()}",
+              markup=False, soft_wrap=True)
     try:
         summary = pool.run()
     except KeyboardInterrupt:
         reporter.close()
         err.print(f"interrupted: the current trial was recorded as failed and queued again, "
-                  f"its server stopped. Resume with the same command: sweeper optimize "
-                  f"--study {study} --trials {trials}", markup=False, soft_wrap=True)
+                  f"its server stopped. {resume_hint()}", markup=False, soft_wrap=True)
         raise typer.Exit(130) from None
     except SweepAborted as exc:
         reporter.close()
@@ -106,31 +117,42 @@ def optimize(
         err.print(f"error: sweep stopped: {one_line(str(exc))}", markup=False, soft_wrap=True)
         raise typer.Exit(1) from None
     top = 0 if no_confirm else (spec.sweep.confirm_top if confirm is None else confirm)
+    rounds, runs = 2, spec.sweep.confirm_runs
+    if top > 0 and confirm is None and (sampler or spec.sweep.sampler) == "model":
+        # racing re-measured the overlapping leaders during the sweep: what is left for
+        # the confirm phase is the lossless check of the winner (2 restarts, not 2(K+1))
+        top, rounds, runs = 1, 1, spec.benchmark.runs
+        out.print("Racing settled the leaders during the sweep: the confirm phase checks "
+                  "the winner's temperature-0 outputs against the baseline's.")
     if top > 0 and summary.stopped_because != "interrupted":
         if not leaders(sweep.study, spec.benchmark.objective, top):
             out.print("Confirm phase skipped: no speculative configuration was measured.")
         elif leaders_changed(sweep.study, spec.benchmark.objective, top):
-            _confirm(sweep, top, spec.sweep.confirm_runs, reporter)
+            # a kill from here on resumes the confirm phase, not a new batch of trials
+            pool.budget.save(pool.study, trials, phase="confirm")
+            _confirm(sweep, top, runs, reporter, rounds)
         else:
             out.print(f"Confirm phase skipped: the top {top} are the configurations the last "
                       "confirm phase measured (`sweeper confirm` measures them again).")
+    pool.done()
     reporter.close()
     print_summary(out, summary, Headline.of(sweep.study, spec.benchmark.objective))
 
 
-def _confirm(sweep: Sweep, top: int, runs: int, reporter: ConsoleReporter) -> None:
+def _confirm(sweep: Sweep, top: int, runs: int, reporter: ConsoleReporter,
+             rounds: int = 2) -> None:
     from sweeper.run.confirm import print_confirm, run_confirm
 
     reporter.close()  # the sweep's bar is done; the confirm phase gets its own
     out.print(f"Confirm phase: the top {top} configurations and the baseline, {runs} runs "
               "each, interleaved.")
     try:
-        outcome = run_confirm(sweep, top, runs)
+        outcome = run_confirm(sweep, top, runs, rounds)
     except KeyboardInterrupt:
         reporter.close()
         sweep.stop_server()
-        err.print("interrupted during the confirm phase; measurements so far are kept. "
-                  "Run `sweeper confirm` again to redo it.", markup=False)
+        err.print("interrupted during the confirm phase: the measurements so far are kept, "
+                  f"its server stopped. {resume_hint()}", markup=False, soft_wrap=True)
         raise typer.Exit(130) from None
     reporter.close()
     print_confirm(out, outcome)
@@ -156,6 +178,7 @@ def confirm(study: StudyOpt, storage: StorageOpt = None,
         _confirm(sweep, top, runs or spec.sweep.confirm_runs, reporter)
     finally:
         sweep.stop_server()
+        sweep.close()
 
 
 @app.command()
@@ -171,6 +194,7 @@ def stop(study: StudyOpt, storage: StorageOpt = None) -> None:
         handle = sweep.stop_kept()
     finally:
         sweep.host.close()
+        sweep.close()
     if handle is None:
         out.print(f"no server left running by study {spec.name!r}")
     else:

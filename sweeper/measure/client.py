@@ -40,7 +40,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from sweeper.errors import BenchmarkTransportError
+from sweeper.errors import BenchmarkTransportError, ServerErrorResponse
 from sweeper.measure.accept import acceptance_per_position, window_accept_length
 from sweeper.measure.prompts import PromptSet, load_prompts, render_plain
 from sweeper.measure.runs import (
@@ -142,7 +142,7 @@ class _Runner:
                 resp.read()
                 msg = f"HTTP {resp.status_code}: {response_error(resp)}"
                 if resp.status_code == 429 or resp.status_code >= 500:
-                    raise Retryable(msg)
+                    raise Retryable(msg, resp.status_code, resp.text[:4000])
                 return finish(False, msg)
             try:
                 for ev in iter_sse_events(until(resp.iter_lines(), deadline)):
@@ -159,6 +159,7 @@ class _Runner:
     def request(self, idx: int) -> RequestResult:
         url, body = self.request_body(idx)
         attempts = 0
+        last: list[Retryable] = []
 
         def once() -> RequestResult:
             nonlocal attempts
@@ -169,6 +170,7 @@ class _Runner:
                 # Did the server die? check_server raises ConfigurationFailure if so, which
                 # propagates untouched: that is how a mid-benchmark death becomes a crash.
                 self.check_server()
+                last[:] = [exc] if isinstance(exc, Retryable) else []
                 raise Retryable(describe(exc)) from exc
 
         retrying = Retrying(
@@ -181,6 +183,12 @@ class _Runner:
         try:
             return retrying(once)
         except Retryable as exc:
+            answered = last[0] if last else None
+            if answered is not None and answered.status is not None and answered.status >= 500:
+                # up and answering, with an error every time: the server's own doing
+                raise ServerErrorResponse(
+                    f"the server answered every attempt of a benchmark request with an "
+                    f"error ({attempts} attempt(s)): {exc.reason}", answered.body) from exc
             raise BenchmarkTransportError(
                 f"benchmark request to {url} failed after {attempts} attempt(s): {exc.reason}"
             ) from exc
@@ -197,6 +205,19 @@ class _Runner:
             futures = [pool.submit(self.request, i) for i in idxs]
             reqs = [f.result() for f in futures]
         return make_run(index, reqs, time.perf_counter() - t0, warmup)
+
+    def flush_cache(self) -> bool:
+        """POST /flush_cache (SGLang empties its prefix/radix cache; 400 while requests
+        run, which never happens between two rounds). Without it, a run re-sending a prompt
+        of an earlier run would skip its prefill and measure less work. A failed flush is
+        counted in the result, never fatal."""
+        if not self.spec.flush_cache:
+            return True
+        try:
+            r = self.client.post(f"{self.base}/flush_cache", timeout=self.spec.connect_timeout)
+        except httpx.HTTPError:
+            return False
+        return r.status_code == 200
 
     def server_accept_length(self) -> float | None:
         """avg_spec_accept_length of DP rank 0; None when absent or not speculative."""
@@ -269,14 +290,17 @@ def run_benchmark(
             runner.model = runner.resolve_model()
         a_start = runner.server_accept_length()
         warm: list[RunResult] = []
+        unflushed = 0
         for w in range(spec.warmup):
             runner.check_server()
+            unflushed += not runner.flush_cache()
             warm.append(runner.run_round(pool, w, warmup=True))
             progress(_fmt_run(warm[-1], f"warm-up {w + 1}/{spec.warmup}"))
         a_before = runner.server_accept_length() if spec.warmup else a_start
         runs: list[RunResult] = []
         for i in range(spec.runs):
             runner.check_server()
+            unflushed += not runner.flush_cache()
             runs.append(runner.run_round(pool, i, warmup=False))
             progress(_fmt_run(runs[-1], f"run {i + 1}/{spec.runs}"))
         a_after = runner.server_accept_length()
@@ -314,6 +338,7 @@ def run_benchmark(
         accept_length_server={"start": a_start, "before": a_before, "after": a_after},
         accept_histogram=hist,
         per_position_acceptance=acceptance_per_position(hist) if hist else None,
+        cache_flush_failures=unflushed if spec.flush_cache else None,
     )
     if not counted:
         reasons = sorted({run.error or "short output" for run in runs})

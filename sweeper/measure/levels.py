@@ -18,6 +18,7 @@ from sweeper.measure.prompts import PromptSet
 from sweeper.measure.runs import BenchResult
 from sweeper.measure.stats import summarize
 from sweeper.study import BenchSpec
+from sweeper.study.objective import Objective
 
 
 def run_levels(base_url: str, spec: BenchSpec, *,
@@ -68,3 +69,25 @@ def objective_runs(levels: dict[int, dict[str, Any]],
         if math.isfinite(value):
             out.append(value)
     return out
+
+
+def _aggregate(values: list[float], how: str) -> float:
+    st = summarize(values)
+    return float(getattr(st, how, st.mean))
+
+
+def objective_figures(results: dict[int, BenchResult], goal: Objective, how: str = "mean"
+                      ) -> tuple[dict[int, dict[str, Any]], list[float], list[float]]:
+    """What a trial records: every level's summary, the objective's per-run series (the
+    trial's runs: replicates pool them) and the values Optuna is told (``how`` = the
+    study's mean/median/min over runs; ``pareto``: tok/s per request at the lowest level
+    and total tok/s at the highest, each over its own runs)."""
+    levels = {c: level_summary(r) for c, r in results.items()}
+    series = objective_runs(levels, goal.combine)
+    if goal.multi:
+        low, high = min(goal.levels), max(goal.levels)
+        values = [_aggregate(levels[low]["per_request_runs"], how),
+                  _aggregate(levels[high]["total_runs"], how)]
+    else:
+        values = [_aggregate(series, how)] if series else []
+    return levels, series, values

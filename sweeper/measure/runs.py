@@ -133,6 +133,7 @@ class BenchResult:
     accept_length_server: dict[str, float | None] = field(default_factory=dict)
     accept_histogram: list[int] | None = None
     per_position_acceptance: list[float | None] | None = None
+    cache_flush_failures: int | None = None  # None: benchmark.flush_cache was off
 
     @property
     def value(self) -> float:
@@ -185,6 +186,7 @@ class BenchResult:
             "accept_length_server": self.accept_length_server,
             "accept_histogram": self.accept_histogram,
             "per_position_acceptance": self.per_position_acceptance,
+            "cache_flush_failures": self.cache_flush_failures,
             "prompt_hash": self.prompt_hash,
             "spec": self.spec.to_dict(),
             "base_url": self.base_url,

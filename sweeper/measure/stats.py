@@ -115,3 +115,30 @@ def speedup(a: Sequence[float], b: Sequence[float]) -> Ratio:
     df = (va + vb) ** 2 / (va**2 / (sa.n - 1) + vb**2 / (sb.n - 1))
     t = float(_st.t.ppf(0.5 + CONFIDENCE / 2, df))
     return Ratio(ratio, ratio * math.exp(-t * se), ratio * math.exp(t * se))
+
+
+def p_within(best: Sequence[float], others: Sequence[Sequence[float]], tol: float = 0.01,
+             spread: float | None = None) -> float:
+    """Estimated probability that ``best``'s true mean is within ``tol`` of (or above)
+    every one of ``others``' true means: a normal approximation on the log of each pair's
+    ratio of means, pairs multiplied as if independent (which errs towards less sure).
+    ``spread``: a relative run-to-run spread to assume at least (a few runs can agree by
+    chance); default: the median over the samples of two runs or more."""
+    samples = [best, *others]
+    if spread is None:
+        cvs = [statistics.stdev(s) / statistics.fmean(s) for s in samples
+               if len(s) > 1 and statistics.fmean(s) > 0]
+        spread = statistics.median(cvs) if cvs else 0.0
+
+    def se2(xs: Sequence[float]) -> float:
+        m = statistics.fmean(xs)
+        cv = statistics.stdev(xs) / m if len(xs) > 1 else spread
+        return max(cv, spread) ** 2 / len(xs)
+
+    p = 1.0
+    mb = statistics.fmean(best)
+    for o in others:
+        d = math.log(mb) - math.log(statistics.fmean(o)) - math.log(1.0 - tol)
+        se = math.sqrt(se2(best) + se2(o))
+        p *= float(_st.norm.cdf(d / se)) if se > 0 else float(d >= 0)
+    return p

@@ -17,9 +17,11 @@ from sweeper.measure.sse import error_text
 class Retryable(Exception):
     """A transport-level failure worth another attempt (after check_server)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, status: int | None = None, body: str = "") -> None:
         super().__init__(reason)
         self.reason = reason
+        self.status = status  # an HTTP status the server answered (429, 5xx), if any
+        self.body = body  # and its response body, for the trial's evidence
 
 
 class Stream:

@@ -105,6 +105,17 @@ class Host(ABC):
         except ValueError:
             return None
 
+    def marked_groups(self, needle: str) -> set[int]:
+        """Process groups of the live processes whose environment contains ``needle``
+        (``SWEEPER_SERVER=<study key>:``): the servers of one study, found on the host
+        itself, recorded or not. Only this user's processes are readable, which are the
+        only ones a sweeper can have started."""
+        script = ('for f in $(grep -lzsF -- "$1" /proc/[0-9]*/environ 2>/dev/null); do '
+                  'awk \'{sub(/^.*\\) /, ""); if ($1 != "Z") print $3}\' '
+                  '"${f%/environ}/stat" 2>/dev/null; done; true')
+        result = self.run(["sh", "-c", script, "sh", needle], timeout=30)
+        return {int(w) for w in result.stdout.split() if w.isdigit() and int(w) > 1}
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections; the processes started detached keep running."""
 

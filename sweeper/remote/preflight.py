@@ -54,39 +54,9 @@ def preflight(
     host itself (unreachable, connection lost).
     """
     host.check_alive()
+    available = launcher_flags(host, launcher_argv, help_timeout)
     command = shlex.join([*launcher_argv, "--help"])
-    # SGLang imports torch before printing help: tens of seconds on a cold node.
-    try:
-        result = host.run([*launcher_argv, "--help"], timeout=help_timeout)
-    except CommandTimeout as exc:
-        raise PreflightError(
-            f"host {host.name}: `{command}` did not finish in {help_timeout:.0f}s"
-        ) from exc
-    if result.exit_code != 0:
-        # its last line says why (argparse's "error: ..."), not the usage before it
-        lines = (result.stderr.strip() or result.stdout.strip()).splitlines()
-        detail = lines[-1][-400:] if lines else ""
-        raise PreflightError(
-            f"host {host.name}: `{command}` failed with exit code {result.exit_code}"
-            + (f": {detail}" if detail else "")
-            + "; check the study's server.launcher and python"
-        )
-    available = help_flags(result.stdout + "\n" + result.stderr)
-
-    wanted = flags if isinstance(flags, Mapping) else {f: f for f in flags}
-    missing = sorted(f.removeprefix("--") for f in wanted if f.removeprefix("--") not in available)
-    if missing:
-        parts = []
-        for flag in missing:
-            param = wanted.get(flag, wanted.get(f"--{flag}", flag))
-            who = f"parameter {param!r} needs --{flag}" if param != flag else f"--{flag}"
-            parts.append(who)
-        raise PreflightError(
-            f"host {host.name}: this SGLang build has no {', '.join('--' + f for f in missing)} "
-            f"({'; '.join(parts)}); remove it from the study's space or args, or use a build "
-            f"that has it (checked with `{command}`)"
-        )
-
+    _require(host, command, flags, available)
     gpu_count = _gpu_count(host)
 
     owned = False
@@ -108,6 +78,56 @@ def preflight(
         port=port,
         port_held_by_own_server=owned,
     )
+
+
+def require_flags(host: Host, launcher_argv: list[str],
+                  flags: Collection[str] | Mapping[str, str],
+                  help_timeout: float = 180.0) -> frozenset[str]:
+    """Only the flag check of ``preflight`` (``export --adaptive`` writes flags the sweep
+    never passed: the host's SGLang must have them). PreflightError otherwise."""
+    host.check_alive()
+    available = launcher_flags(host, launcher_argv, help_timeout)
+    _require(host, shlex.join([*launcher_argv, "--help"]), flags, available)
+    return available
+
+
+def launcher_flags(host: Host, launcher_argv: list[str], help_timeout: float) -> frozenset[str]:
+    """Every long option ``launcher --help`` prints on the host."""
+    command = shlex.join([*launcher_argv, "--help"])
+    # SGLang imports torch before printing help: tens of seconds on a cold node.
+    try:
+        result = host.run([*launcher_argv, "--help"], timeout=help_timeout)
+    except CommandTimeout as exc:
+        raise PreflightError(
+            f"host {host.name}: `{command}` did not finish in {help_timeout:.0f}s"
+        ) from exc
+    if result.exit_code != 0:
+        # its last line says why (argparse's "error: ..."), not the usage before it
+        lines = (result.stderr.strip() or result.stdout.strip()).splitlines()
+        detail = lines[-1][-400:] if lines else ""
+        raise PreflightError(
+            f"host {host.name}: `{command}` failed with exit code {result.exit_code}"
+            + (f": {detail}" if detail else "")
+            + "; check the study's server.launcher and python"
+        )
+    return help_flags(result.stdout + "\n" + result.stderr)
+
+
+def _require(host: Host, command: str, flags: Collection[str] | Mapping[str, str],
+             available: frozenset[str]) -> None:
+    wanted = flags if isinstance(flags, Mapping) else {f: f for f in flags}
+    missing = sorted(f.removeprefix("--") for f in wanted if f.removeprefix("--") not in available)
+    if missing:
+        parts = []
+        for flag in missing:
+            param = wanted.get(flag, wanted.get(f"--{flag}", flag))
+            who = f"parameter {param!r} needs --{flag}" if param != flag else f"--{flag}"
+            parts.append(who)
+        raise PreflightError(
+            f"host {host.name}: this SGLang build has no {', '.join('--' + f for f in missing)} "
+            f"({'; '.join(parts)}); remove it from the study's space or args, or use a build "
+            f"that has it (checked with `{command}`)"
+        )
 
 
 def _gpu_count(host: Host) -> int | None:

@@ -18,6 +18,7 @@ from sweeper.errors import ConfigurationFailure, PortBusy, SweeperError
 from sweeper.launch import LaunchConfig
 from sweeper.measure.logs import INFRASTRUCTURE_KINDS, classify_failure_line
 from sweeper.remote.host import Host
+from sweeper.remote.workdir import MARKER, next_start
 
 POLL_SECONDS = 0.2
 LOG_TAIL_BYTES = 6000
@@ -52,11 +53,12 @@ def _tail_lines(text: str, n: int = 40) -> str:
 class ServerManager:
     """Runs one SGLang server at a time on one host."""
 
-    def __init__(self, host: Host, workdir: str, python: str) -> None:
+    def __init__(self, host: Host, workdir: str, python: str, marker: str | None = None) -> None:
         self.host = host
         self._workdir_spec = workdir
         self._workdir: str | None = None  # created on the first start, not before
         self.python = python
+        self.marker = marker  # the study's key: its servers carry it (remote/workdir.py)
 
     @property
     def workdir(self) -> str:
@@ -66,13 +68,19 @@ class ServerManager:
 
     # --- start / stop ---------------------------------------------------------
     def start(self, config: LaunchConfig, tag: str) -> ServerHandle:
+        """Start ``config``: its own log and exit file (``<tag>-a<n>``, never another
+        start's), and the study's marker in its environment."""
         if not self.host.port_free(config.port, config.bind_host):
             raise PortBusy(
                 f"{self.host.name}: port {config.port} is already in use by a process sweeper "
                 f"did not start; stop it or set server.port to a free port")
-        log_path = f"{self.workdir}/{tag}.log"
-        exit_path = f"{self.workdir}/{tag}.exit"
-        pgid = self.host.start_detached(config.argv(self.python), env=config.env,
+        name = next_start(self.host, self.workdir, tag)
+        log_path = f"{self.workdir}/{name}.log"
+        exit_path = f"{self.workdir}/{name}.exit"
+        env = dict(config.env)
+        if self.marker is not None:
+            env[MARKER] = f"{self.marker}:{name}"
+        pgid = self.host.start_detached(config.argv(self.python), env=env,
                                         cwd=self.workdir, log_path=log_path, exit_path=exit_path)
         return ServerHandle(self.host.name, pgid, config.port, config.bind_host, log_path,
                             exit_path, config.config_id(), time.time())

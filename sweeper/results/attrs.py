@@ -17,6 +17,11 @@ SERVER = "server"  # ServerHandle.to_attrs(): enough to find and stop the server
 ATTEMPT = "attempt"  # how many times an infrastructure fault re-queued these params
 RETRY_OF = "retry_of"  # the trial number this one repeats
 CONFIRM = "confirm"  # True on the confirm phase's fresh measurements
+REPLAYED_FROM = "replayed_from"  # measured in this trial, stored later (run/pending.py)
+REPLAY_ID = "replay_id"  # the kept record's id: a replay never writes it twice
+# A deliberate replicate (racing, search/model/): {"of": [trials of the configuration],
+# "reason": "..."}; a repeat without it is an accident
+REPLICATE = "replicate"
 
 RUNS = "tok_s_runs"  # per-run tok/s of the counted runs
 TOK_S_MEAN = "tok_s_mean"
@@ -31,10 +36,33 @@ DECODE_LINES = "decode_log_lines"
 DECODE_EAGER = "decode_eager_lines"  # decode batches that ran without CUDA graphs
 STARTUP = "startup_s"
 SPEEDUP = "speedup"  # over the baseline's pooled runs, when there is a baseline
+# Several concurrency levels (study/objective.py): RUNS holds the objective's per-run
+# series (run i of every level combined), LEVELS every level's figures (measure/levels.py
+# level_summary, keyed by the level as text), and two flat keys per level, which the
+# dashboard can show as columns.
+LEVELS = "levels"
+OBJECTIVE_VALUES = "objective_values"  # what Optuna was told (two values for pareto)
+
+
+def per_request_key(level: int) -> str:
+    """Mean tok/s per request at one level (``tok_s_per_request@8``)."""
+    return f"tok_s_per_request@{level}"
+
+
+def total_key(level: int) -> str:
+    """Mean total tok/s (all streams) at one level (``tok_s_total@8``)."""
+    return f"tok_s_total@{level}"
+
 
 FAILURE = "failure"  # failure class: a ConfigurationFailure kind or an infrastructure kind
 FAILURE_MSG = "failure_message"
 SKIPPED = "skipped_known_failure"  # predicted to fail: recorded, no restart spent
+# An accidental repeat of a configuration already measured: no restart, told the mean of the
+# values of these earlier trials (a list of trial numbers); never pooled as a measurement.
+REPEAT_OF = "repeat_of"
+# Set (True) by whoever enqueues a replicate on purpose (the racing of the leaders): such a
+# trial is measured again even though its configuration was measured before.
+REPLICATE = "is_deliberate_replicate"
 LOG_TAIL = "log_tail"
 # Optuna 5 constraints are system attributes the dashboard does not show: mirrored here.
 CONSTRAINT_MIRROR = "constraint_failed"
@@ -50,6 +78,7 @@ CONFIRM_ROLE = "confirm"  # a confirm-phase measurement of a speculative configu
 # short values only (whole documents go to study artifacts, e.g. confirm.json).
 WINNER = "sweeper:winner"  # the verdict in one line (results/headline.py)
 SPACE = "sweeper:space"  # the search space's signature: a changed space is refused
+OBJECTIVE = "sweeper:objective"  # levels + objective (Objective.signature): a change is refused
 SIMULATED = "sweeper:simulated"  # the study runs on the simulated server
 CONFIRMED = "sweeper:confirmed"  # the confirm phase's verdict
 KEPT_SERVER = "sweeper:kept_server"  # the server --keep-best left running

@@ -17,7 +17,7 @@ matplotlib.use("Agg")  # before pyplot: files only, never a window
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from matplotlib.ticker import MaxNLocator, NullFormatter  # noqa: E402
 
 from sweeper.study import DRAFT, STEPS, TOPK  # noqa: E402
 
@@ -203,5 +203,69 @@ def leaders(rows: list[tuple[str, float, float, float]]) -> Figure | None:
     ax.set_xlabel("speedup over the baseline, % (95% interval)")
     ax.set_title("The leaders against no speculation")
     ax.tick_params(axis="y", labelsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def traffic(points: Sequence[tuple[str, int, float, float]], winners: dict[int, str],
+            front: Sequence[tuple[str, float, float]], levels: tuple[int, int]
+            ) -> Figure | None:
+    """Left: tok/s per request against total tok/s, a point per configuration and level
+    (a configuration's points joined: more streams, more total, less each), the winner
+    per level starred. Right: tok/s per request at the lowest level against total tok/s
+    at the highest, with the Pareto front (no configuration beats its points on both).
+
+    ``points``: (label, level, per-request mean, total mean); ``winners``: level -> label;
+    ``front``: (label, per-request @low, total @high), best per-request first."""
+    if not points:
+        return None
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 5.2))
+    order = sorted({lv for _, lv, _, _ in points})
+    colour = {lv: PALETTE[i % len(PALETTE)] for i, lv in enumerate(order)}
+    by_config: dict[str, list[tuple[int, float, float]]] = {}
+    for label, lv, per, tot in points:
+        by_config.setdefault(label, []).append((lv, per, tot))
+    for pts in by_config.values():
+        pts.sort()
+        ax.plot([p[2] for p in pts], [p[1] for p in pts], color="#BBBBBB", lw=0.8, zorder=1)
+    for lv in order:
+        mine = [(per, tot) for _, x, per, tot in points if x == lv]
+        ax.scatter([t for _, t in mine], [p for p, _ in mine], s=30, color=colour[lv],
+                   label=f"concurrency {lv}", zorder=2)
+        win = next(((per, tot) for lab, x, per, tot in points
+                    if x == lv and lab == winners.get(lv)), None)
+        if win is not None:
+            ax.scatter([win[1]], [win[0]], marker="*", s=260, color=colour[lv],
+                       edgecolors="k", linewidths=0.8, zorder=3)
+            first = lv == order[0]  # the lowest level sits left: label to its right
+            ax.annotate(f"winner @{lv}: {winners[lv]}", (win[1], win[0]), fontsize=8,
+                        xytext=(8 if first else -8, 8), textcoords="offset points",
+                        ha="left" if first else "right")
+    ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels of a log axis collide
+    ax.set_xlabel("total tok/s (all streams; log scale)")
+    ax.set_ylabel("tok/s per request")
+    ax.set_title("Each configuration at each level (★ winner per level)")
+    ax.legend(loc="best")
+    low, high = levels
+    pairs = {}
+    for label, pts in by_config.items():
+        per = next((p for lv, p, _ in pts if lv == low), None)
+        tot = next((t for lv, _, t in pts if lv == high), None)
+        if per is not None and tot is not None:
+            pairs[label] = (tot, per)
+    bx.scatter([t for t, _ in pairs.values()], [p for _, p in pairs.values()], s=30,
+               color="#999999", label="configuration")
+    if front:
+        xs = [f[2] for f in front]
+        ys = [f[1] for f in front]
+        bx.plot(xs, ys, "-o", color=PALETTE[3], lw=2, ms=7, label="Pareto front")
+        for label, per, tot in front:
+            bx.annotate(label, (tot, per), fontsize=8, xytext=(-8, -12),
+                        textcoords="offset points", ha="right")
+    bx.set_xlabel(f"total tok/s at concurrency {high}")
+    bx.set_ylabel(f"tok/s per request at concurrency {low}")
+    bx.set_title("The trade-off: one user's speed against the server's")
+    bx.legend(loc="best")
     fig.tight_layout()
     return fig

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 import sweeper.results.verdict as R
-from sweeper.measure.stats import Ratio
+from sweeper.measure.stats import Ratio, speedup
 from sweeper.results import attrs as A
+from sweeper.study.objective import Objective
 
 SIM_NOTE = ("Figures come from the built-in SIMULATED SGLang server (a test double), "
             "not from real hardware.")
@@ -35,12 +36,67 @@ class Headline:
     best: R.ConfigResult | None
     baseline: R.ConfigResult | None
     confirmed: bool
+    goal: Objective = field(default_factory=lambda: Objective("at", (1,), at=1))
+    per_level: dict[int, R.ConfigResult] = field(default_factory=dict)
+    front: list[R.ConfigResult] = field(default_factory=list)
+    sure: float | None = None
 
     @classmethod
     def of(cls, study: optuna.Study, objective: str = "mean",
            trials: list[FrozenTrial] | None = None) -> Headline:
         v = R.verdict(study, objective, trials)
-        return cls(v.best, v.baseline, v.confirmed)
+        return cls(v.best, v.baseline, v.confirmed, goal=v.goal, per_level=v.per_level,
+                   front=v.front, sure=v.sure)
+
+    def how_sure(self) -> str | None:
+        """``How sure: 87% that it is within 1% of every other configuration measured``"""
+        if self.sure is None or self.best is None:
+            return None
+        among = "in the confirm phase" if self.confirmed else "measured"
+        return (f"How sure: {self.sure:.0%} that it is within {R.SURE_TOL:.0%} of every "
+                f"other configuration {among} (pooled runs, normal approximation)")
+
+    @property
+    def unit(self) -> str:
+        """What the winner's figure measures (``tok/s`` for one stream)."""
+        return self.goal.metric_names()[0]
+
+    @property
+    def measured(self) -> bool:
+        return self.best is not None or bool(self.front) or bool(self.per_level)
+
+    def level_lines(self) -> list[str]:
+        """The winner at each concurrency level (a study of several levels)."""
+        if len(self.goal.levels) < 2:
+            return []
+        out = []
+        for level in self.goal.levels:
+            win = self.per_level.get(level)
+            if win is None:
+                out.append(f"At concurrency {level}: nothing measured yet")
+                continue
+            lv = win.levels[level]
+            base = self.baseline.levels.get(level) if self.baseline is not None else None
+            vs = ""
+            if base is not None and not win.is_baseline and base.per_request:
+                vs = f"; {R.fmt_ratio(speedup(lv.per_request, base.per_request))} vs baseline"
+            lat = "".join(f", {name} {v * 1000:.1f} ms" for name, v in
+                          (("TTFT", lv.ttft), ("ITL", lv.itl)) if v is not None)
+            out.append(f"At concurrency {level}: {R.short_params(win.effective)} — "
+                       f"{R.fmt_tok_s(lv.stats)} tok/s per request, "
+                       f"{lv.total_stats.mean:.1f} total tok/s{lat} "
+                       f"({_trials_text(win.trials)}{vs})")
+        return out
+
+    def front_lines(self) -> list[str]:
+        lo, hi = min(self.goal.levels), max(self.goal.levels)
+        out = [f"Pareto front of {self.goal.describe()}: {len(self.front)} configuration"
+               f"{'s' if len(self.front) != 1 else ''} (no other is faster on both)"]
+        for r in self.front:
+            a, b = r.levels[lo], r.levels[hi]
+            out.append(f"  {R.short_params(r.effective)} — {a.stats.mean:.1f} tok/s per "
+                       f"request @{lo}, {b.total_stats.mean:.1f} total tok/s @{hi}")
+        return out
 
     @property
     def speedup(self) -> Ratio | None:
@@ -58,11 +114,16 @@ class Headline:
         st = self.best.stats
         ci = "" if st.n < 2 or math.isnan(st.ci_low) else \
             f"95% CI {st.ci_low:.1f}–{st.ci_high:.1f}, "
-        return (f"{st.mean:.1f} tok/s ({ci}{st.n} run{'s' if st.n != 1 else ''}; "
+        return (f"{st.mean:.1f} {self.unit} ({ci}{st.n} run{'s' if st.n != 1 else ''}; "
                 f"{_trials_text(self.best.trials)})")
 
     def lines(self) -> list[str]:
         """The summary a terminal shows (status, end of a sweep)."""
+        if self.goal.multi:
+            if not self.front:
+                return ["No configuration has completed yet."]
+            return [*self.front_lines(), "Winner per level:", *self.level_lines(),
+                    f"(export one with: --at LEVEL, one of {list(self.goal.levels)})"]
         if self.best is None:
             return ["No configuration has completed yet."]
         acc = f", accept length {self.best.accept_length:.2f}" \
@@ -75,18 +136,35 @@ class Headline:
                        f"{R.fmt_ratio(self.speedup)}")
         if self.confirmed:
             out.append("(the winner of the confirm phase, on its fresh interleaved runs)")
+        sure = self.how_sure()
+        if sure:
+            out.append(sure)
+        if len(self.goal.levels) > 1:
+            out[0] = f"Best for {self.goal.describe()}: {out[0].removeprefix('Best: ')}"
+            out += ["Winner per level:", *self.level_lines()]
         return out
 
     def one_line(self) -> str:
         """The dashboard's study attribute: winner, figure, speedup, how it was decided."""
+        levels = ""
+        if len(self.goal.levels) > 1 and self.per_level:
+            levels = "; per level: " + ", ".join(
+                f"@{c} {R.short_params(r.effective)}" for c, r in self.per_level.items())
+        if self.goal.multi:
+            if not self.front:
+                return "no configuration has completed yet"
+            return f"Pareto front of {len(self.front)} configurations{levels}"
         if self.best is None:
             return "no configuration has completed yet"
         vs = f"; {R.fmt_ratio(self.speedup)} vs baseline" if self.speedup else ""
         how = "; confirmed on fresh runs" if self.confirmed else ""
-        return f"{self.label} — {self.figure()}{vs}{how}"
+        sure = f"; {self.sure:.0%} sure within {R.SURE_TOL:.0%}" if self.sure is not None else ""
+        return f"{self.label} — {self.figure()}{vs}{how}{sure}{levels}"
 
     def short(self) -> str:
         """The live output's label: ``best 535.6 ± 30.2 (trials 12, 30 pooled, +58.9%)``."""
+        if self.goal.multi:
+            return f"Pareto front: {len(self.front)}" if self.front else ""
         if self.best is None:
             return ""
         st = self.best.stats
@@ -97,6 +175,16 @@ class Headline:
         """The dashboard's study note: the winner first, then why the "Best Trial" card
         may name another trial."""
         name = study.study_name
+        if self.goal.multi and self.front:
+            parts = [f"## Pareto front: {len(self.front)} configurations", "",
+                     "The dashboard's Pareto-front plot shows them against every trial.", "",
+                     *[f"- {line.strip()}" for line in self.front_lines()[1:]], "",
+                     "### Winner per level", "", *[f"- {x}" for x in self.level_lines()], "",
+                     f"Export one level's winner: `sweeper export --study {name} --at LEVEL "
+                     "-o best.yaml`"]
+            if simulated:
+                parts += ["", f"*{SIM_NOTE}*"]
+            return "\n".join(parts)
         if self.best is None:
             return f"## {name}\n\nNo configuration has completed yet."
         parts = [f"## Winner: {self.label}", "",
@@ -106,7 +194,15 @@ class Headline:
                                            if self.speedup and self.baseline else "")]
         if self.confirmed:
             parts += ["", "Decided by the confirm phase on fresh, interleaved runs."]
+        if self.how_sure():
+            parts += ["", str(self.how_sure())]
+        if len(self.goal.levels) > 1:
+            parts += ["", f"Tuned for {self.goal.describe()}.", "", "### Winner per level", "",
+                      *[f"- {x}" for x in self.level_lines()]]
         parts += ["", f"Export it: `sweeper export --study {name} -o best.yaml`"]
+        if len(self.goal.levels) > 1:
+            parts += ["", f"One level's winner: `sweeper export --study {name} --at LEVEL "
+                          "-o best.yaml`"]
         single = _best_single(study)
         if single is not None and single.number not in self.best.trials:
             parts += ["", f"The *Best Trial* card shows the single highest measurement "
@@ -119,6 +215,8 @@ class Headline:
 
 
 def _best_single(study: optuna.Study) -> FrozenTrial | None:
+    if len(study.directions) > 1:
+        return None  # several objectives: no single highest measurement
     done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             if t.value is not None]
     return max(done, key=lambda t: t.value or 0.0, default=None)
@@ -129,10 +227,11 @@ def mark_best(study: optuna.Study, objective: str = "mean") -> None:
     note naming the winner. Called after each measured trial and after a confirm phase."""
     from optuna_dashboard import save_note
 
-    if study.metric_names != ["tok/s"]:
+    names = R.study_goal(study).metric_names()
+    if study.metric_names != names:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # flagged experimental since Optuna 3.2
-            study.set_metric_names(["tok/s"])
+            study.set_metric_names(names)
     simulated = bool(study.user_attrs.get(A.SIMULATED))
     headline = Headline.of(study, objective)
     study.set_user_attr(A.WINNER, headline.one_line())

@@ -25,6 +25,7 @@ import sweeper.results.verdict as R
 from sweeper.results import attrs as A
 from sweeper.results import figures
 from sweeper.results.headline import SIM_NOTE, Headline
+from sweeper.results.levels import pareto_front
 from sweeper.results.storage import load_existing, report_dir
 from sweeper.results.table import trials_frame
 from sweeper.results.why import why_it_wins
@@ -34,7 +35,8 @@ if TYPE_CHECKING:
 
     from sweeper.study import StudySpec
 
-FIGURES = ("history", "landscape", "acceptance", "failures", "importance", "leaders")
+FIGURES = ("history", "traffic", "landscape", "acceptance", "failures", "importance",
+           "leaders")
 
 
 @dataclass
@@ -65,6 +67,10 @@ def write_report(spec: StudySpec, storage_url: str, output: Path | None) -> Writ
         "history": (figures.history(df, base.stats.mean if base else None,
                                     _best_so_far(trials, spec.benchmark.objective)),
                     "no trial has been measured or has failed yet"),
+        "traffic": (_traffic(results, headline),
+                    "the study measures one concurrency level (benchmark.concurrency: "
+                    "[1, 16] measures two)" if len(headline.goal.levels) < 2 else
+                    "no configuration was measured at every level"),
         "landscape": (figures.landscape(df), "no speculative configuration was measured"),
         "acceptance": (figures.acceptance(df), "no accept length was measured"),
         "failures": (figures.failure_map(df, knobs), "no configuration failed"),
@@ -126,6 +132,42 @@ def _leader_rows(results: list[R.ConfigResult], base: R.ConfigResult | None,
     return rows
 
 
+def _traffic(results: list[R.ConfigResult], headline: Headline) -> Figure | None:
+    """Per-level points, winners and the Pareto front, as the verdict decided them."""
+    goal = headline.goal
+    if len(goal.levels) < 2:
+        return None
+    points = [(R.short_params(r.effective), c, lv.stats.mean, lv.total_stats.mean)
+              for r in results for c, lv in sorted(r.levels.items())
+              if lv.per_request and lv.total]
+    winners = {c: R.short_params(r.effective) for c, r in headline.per_level.items()}
+    lo, hi = min(goal.levels), max(goal.levels)
+    front = [(R.short_params(r.effective), r.levels[lo].stats.mean,
+              r.levels[hi].total_stats.mean)
+             for r in (headline.front or pareto_front(results, goal))]
+    return figures.traffic(points, winners, front, (lo, hi))
+
+
+def _levels_table(headline: Headline) -> str:
+    """The winner at each concurrency level, with its latencies (the status lines' data)."""
+    rows = []
+    for c in headline.goal.levels:
+        win = headline.per_level.get(c)
+        if win is None:
+            continue
+        lv = win.levels[c]
+        rows.append({"concurrency": c, "winner": R.short_params(win.effective),
+                     "tok/s per request": lv.stats.mean,
+                     "95% CI": f"{lv.stats.ci_low:.1f}–{lv.stats.ci_high:.1f}",
+                     "total tok/s": lv.total_stats.mean,
+                     "TTFT ms": None if lv.ttft is None else lv.ttft * 1000,
+                     "ITL ms": None if lv.itl is None else lv.itl * 1000,
+                     "accept length": lv.accept_length,
+                     "trials": ", ".join(map(str, win.trials))})
+    return (f'<h2 id="winner-per-level">Winner per level</h2><p>Tuned for '
+            f"{html.escape(headline.goal.describe())}.</p>" + _table(pd.DataFrame(rows)))
+
+
 def _start_from_result(trials: list[FrozenTrial],
                        results: list[R.ConfigResult]) -> R.ConfigResult | None:
     first = next((t for t in trials if t.user_attrs.get(A.ROLE) == A.START_FROM
@@ -140,8 +182,9 @@ def _importance(trials: list[FrozenTrial], spec: StudySpec, knobs: list[str]) ->
     the derived draft tokens included) rebuilt as an in-memory study."""
     from optuna.distributions import CategoricalDistribution
 
-    done = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None
-            and t.user_attrs.get(A.EFFECTIVE) and not t.user_attrs.get(A.CONFIRM)]
+    done = [t for t in trials if t.state == TrialState.COMPLETE and t.values
+            and t.user_attrs.get(A.EFFECTIVE) and not t.user_attrs.get(A.CONFIRM)
+            and not t.user_attrs.get(A.REPEAT_OF)]
     if len({t.user_attrs.get(A.CONFIG_ID) for t in done}) < 3:
         return {}
     values: dict[str, set[str]] = {k: set() for k in knobs}
@@ -156,7 +199,8 @@ def _importance(trials: list[FrozenTrial], spec: StudySpec, knobs: list[str]) ->
     for t in done:
         eff = t.user_attrs[A.EFFECTIVE]
         study.add_trial(optuna.trial.create_trial(
-            params={k: str(eff.get(k)) for k in varied}, distributions=dists, value=t.value))
+            params={k: str(eff.get(k)) for k in varied}, distributions=dists,
+            value=t.values[0]))  # pareto: its first objective (tok/s per request)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -182,10 +226,14 @@ def _page(spec: StudySpec, study: optuna.Study, headline: Headline, df: pd.DataF
         parts.append(f'<p class="sim">{esc(SIM_NOTE)}</p>')
     parts.append("<h2>The winner</h2><ul>" +
                  "".join(f"<li>{esc(line)}</li>" for line in headline.lines()) + "</ul>")
+    if len(headline.goal.levels) > 1:
+        parts.append(_levels_table(headline))
     if why is not None:
         parts.append(f"<h2>Why it wins</h2><p>{esc(why['sentence'])}</p>"
                      + _table(pd.DataFrame(why["rows"])))
-    titles = {"history": "Optimization history", "landscape": "tok/s across the space",
+    titles = {"history": "Optimization history",
+              "traffic": "tok/s per request against total tok/s, per concurrency level",
+              "landscape": "tok/s across the space",
               "acceptance": "Accept length", "failures": "Failures",
               "importance": "Which knobs matter", "leaders": "Leaders against the baseline"}
     for name in FIGURES:

@@ -155,6 +155,8 @@ def _row(t: FrozenTrial, base: R.ConfigResult | None, wide: bool) -> list[str]:
         note = f"handed back: {ua[A.BACKED_OFF]}"
     if ua.get(A.SKIPPED):
         note = f"{note} (skipped: known)"
+    elif ua.get(A.REPEAT_OF):
+        note = f"repeat of {', '.join(map(str, ua[A.REPEAT_OF]))}, no restart"
     elif wide and t.state in (TrialState.FAIL, TrialState.PRUNED) and ua.get(A.FAILURE_MSG):
         note = f"{note}: {ua[A.FAILURE_MSG]}"
     if ua.get(A.CONFIRM):

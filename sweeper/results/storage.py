@@ -4,7 +4,9 @@ matches what the storage already holds."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from optuna.distributions import FloatDistribution, IntDistribution, distributio
 from sweeper.errors import InputError
 from sweeper.results import attrs as A
 from sweeper.study.base import public_url
+from sweeper.study.objective import Objective
 
 
 def open_storage(url: str) -> optuna.storages.BaseStorage:
@@ -87,19 +90,44 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
     return {"pool_pre_ping": True}
 
 
-def artifact_dir(url: str, study_name: str) -> Path:
-    """Where trial artifacts (server logs, benchmark JSON) live: beside a SQLite or
-    journal file, else under ./studies."""
+def canonical_url(url: str) -> str:
+    """The storage URL that names one storage wherever the command runs: a SQLite or
+    journal file by its absolute path (two checkouts both saying ``sqlite:///studies/x.db``
+    are two storages), without its password (the URL ends up in file names' hashes)."""
     for prefix in ("sqlite:///", "journal://"):
         if url.startswith(prefix):
-            return Path(url[len(prefix):]).with_suffix("").parent / f"{study_name}.artifacts"
-    return Path("studies") / f"{study_name}.artifacts"
+            return prefix + str(Path(url[len(prefix):]).expanduser().resolve())
+    return public_url(url)
+
+
+def storage_key(url: str, study_name: str) -> str:
+    """``<study>-<10 hex>``: one study in one storage, for directory names (its artifacts,
+    its servers' workdir on a host, its lock). Study names are free text: only safe
+    characters are kept, the hash tells apart what that folds together."""
+    digest = hashlib.sha256(f"{canonical_url(url)}\n{study_name}".encode()).hexdigest()[:10]
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", study_name)[:40].lstrip(".") or "study"
+    return f"{safe}-{digest}"
+
+
+def artifact_dir(url: str, study_name: str) -> Path:
+    """Where one study's trial artifacts (server logs, benchmark JSON) live: beside a SQLite
+    or journal file, in a folder of that file's own (``studies/demo.artifacts/demo/``), so
+    two storage files in one folder never share it; else ``studies/<study>-<hash>.artifacts``
+    keyed by the storage URL."""
+    for prefix in ("sqlite:///", "journal://"):
+        if url.startswith(prefix):
+            db = Path(url[len(prefix):])
+            return db.parent / f"{db.stem}.artifacts" / study_name
+    return Path("studies") / f"{storage_key(url, study_name)}.artifacts"
 
 
 def report_dir(url: str, study_name: str) -> Path:
-    """Where ``sweeper report`` writes by default: beside the storage file, like the
-    artifacts (``studies/demo-report/`` for the demo)."""
-    return artifact_dir(url, study_name).with_name(f"{study_name}-report")
+    """Where ``sweeper report`` writes by default: beside the storage file
+    (``studies/demo-report/`` for the demo)."""
+    for prefix in ("sqlite:///", "journal://"):
+        if url.startswith(prefix):
+            return Path(url[len(prefix):]).parent / f"{study_name}-report"
+    return Path("studies") / f"{study_name}-report"
 
 
 def artifact_store(url: str, study_name: str) -> FileSystemArtifactStore:
@@ -137,14 +165,39 @@ def check_space(study: optuna.Study, signature: str, study_file: str, storage_ur
     if stored is not None and stored != signature:
         old, new = json.loads(stored), json.loads(signature)
         changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        if any("|topk=" in k and ",steps=" in k for k in old):
+            # made before draft tokens got one shared parameter (space.DRAFT_POSITION)
+            raise InputError(
+                f"{study_file}: study {study.study_name!r} in {public_url(storage_url)} was "
+                "made by an older sweeper that sampled draft tokens per (topk, steps) branch; "
+                "its trials stay readable (status, report, export, dashboard) but cannot be "
+                "resumed: give the study a new name, or use --fresh to start it again")
         raise InputError(
             f"{study_file}: space: differs from the study {study.study_name!r} already in "
             f"{public_url(storage_url)} (changed: {', '.join(changed)}); use a new study name, "
             "another --storage, or restore the old space")
 
 
+def check_objective(study: optuna.Study, goal: Objective, study_file: str,
+                    storage_url: str) -> None:
+    """Refuse a study file whose levels or objective differ from the stored study's: its
+    trials' values would mean another thing (and Optuna's directions are fixed)."""
+    raw = study.user_attrs.get(A.OBJECTIVE)
+    if raw is None and A.SPACE in study.user_attrs:
+        raw = Objective("at", (1,), at=1).signature()  # stored before levels existed
+    if raw is None:
+        return
+    stored = Objective.from_signature(raw)
+    if stored.signature() != goal.signature():
+        key = "benchmark.concurrency" if stored.levels != goal.levels else "objective"
+        raise InputError(
+            f"{study_file}: {key}: differs from the study {study.study_name!r} already in "
+            f"{public_url(storage_url)} ({goal.describe_change(stored)}); use a new study "
+            "name, another --storage, or restore the old setting")
+
+
 def delete_study(url: str, name: str) -> None:
-    """Remove a study and its artifacts (``--fresh``)."""
+    """Remove a study and its artifacts (``--fresh``): that study's, in that storage only."""
     import shutil
 
     storage = open_storage(url)

@@ -15,8 +15,10 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from sweeper.measure.stats import Ratio, Stats, speedup, summarize
+from sweeper.measure.stats import Ratio, Stats, p_within, speedup, summarize
 from sweeper.results import attrs as A
+from sweeper.results.levels import LevelRuns, level_winners, pareto_front
+from sweeper.study.objective import Objective
 
 
 @dataclass
@@ -30,6 +32,8 @@ class ConfigResult:
     runs: list[float] = field(default_factory=list)
     accept_lengths: list[float] = field(default_factory=list)
     launch: dict[str, Any] = field(default_factory=dict)
+    # every concurrency level's pooled figures, for a study of several levels
+    levels: dict[int, LevelRuns] = field(default_factory=dict)
 
     @property
     def stats(self) -> Stats:
@@ -58,8 +62,9 @@ def config_results(trials: Sequence[FrozenTrial]) -> list[ConfigResult]:
     trials is one configuration whose runs are pooled."""
     groups: dict[str, ConfigResult] = {}
     for t in trials:
-        if t.state != TrialState.COMPLETE or A.CONFIG_ID not in t.user_attrs:
-            continue
+        if t.state != TrialState.COMPLETE or A.CONFIG_ID not in t.user_attrs \
+                or t.user_attrs.get(A.REPEAT_OF):
+            continue  # a repeat resolved without a restart measured nothing
         cid = str(t.user_attrs[A.CONFIG_ID])
         res = groups.get(cid)
         if res is None:
@@ -67,9 +72,12 @@ def config_results(trials: Sequence[FrozenTrial]) -> list[ConfigResult]:
                                              _role(t) if _role(t) == A.BASELINE else "config",
                                              launch=dict(t.user_attrs.get(A.LAUNCH, {})))
         res.trials.append(t.number)
-        res.runs.extend(float(v) for v in t.user_attrs.get(A.RUNS, []) or [t.value])
+        runs = t.user_attrs.get(A.RUNS) or ([t.value] if len(t.values or []) == 1 else [])
+        res.runs.extend(float(v) for v in runs)
         if t.user_attrs.get(A.ACCEPT) is not None:
             res.accept_lengths.append(float(t.user_attrs[A.ACCEPT]))
+        for level, summary in (t.user_attrs.get(A.LEVELS) or {}).items():
+            res.levels.setdefault(int(level), LevelRuns(int(level))).add(summary)
     return [g for g in groups.values() if g.runs]
 
 
@@ -85,17 +93,69 @@ def ranked(results: Sequence[ConfigResult], objective: str = "mean") -> list[Con
 class Verdict:
     """The best configuration and the baseline it is compared with. After a confirm
     phase both come from its fresh, interleaved runs only: the sweep's own figures for
-    the leader are biased upward (it leads *because* some of its runs were high)."""
+    the leader are biased upward (it leads *because* some of its runs were high).
+
+    A study of several levels also has a winner per level (``per_level``: every
+    measurement of each configuration pooled, lossy ones left out), and a ``pareto``
+    study has no single best: ``best`` is None and ``front`` holds the configurations no
+    other beats on both tok/s per request and total tok/s."""
 
     best: ConfigResult | None
     baseline: ConfigResult | None
     confirmed: bool
+    goal: Objective = field(default_factory=lambda: Objective("at", (1,), at=1))
+    per_level: dict[int, ConfigResult] = field(default_factory=dict)
+    front: list[ConfigResult] = field(default_factory=list)
+    # estimated probability that the best is truly within 1% of every other configuration
+    # it was chosen from (measure/stats.p_within); None with nothing to compare
+    sure: float | None = None
+
+    @property
+    def levels(self) -> tuple[int, ...]:
+        return self.goal.levels
+
+
+SURE_TOL = 0.01
+
+
+def _sure(best: ConfigResult | None, pool: Sequence[ConfigResult]) -> float | None:
+    """Every measurement of the winner (sweep, racing and confirm runs pooled) against
+    every other configuration measured that could win."""
+    if best is None:
+        return None
+    mine = next((r for r in pool if r.config_id == best.config_id), best)
+    rest = [r.runs for r in pool if r.config_id != best.config_id and r.runs]
+    return p_within(mine.runs, rest, SURE_TOL) if rest else None
+
+
+def study_goal(study: optuna.Study) -> Objective:
+    """The levels and objective the study was created with (results/attrs.py OBJECTIVE)."""
+    return Objective.from_signature(study.user_attrs.get(A.OBJECTIVE))
 
 
 def verdict(study: optuna.Study, objective: str = "mean",
             trials: Sequence[FrozenTrial] | None = None) -> Verdict:
     trials = trials if trials is not None else study.get_trials(deepcopy=False)
     confirmed = study.user_attrs.get(A.CONFIRMED)
+    goal = study_goal(study)
+    lossy = set((confirmed or {}).get("lossless_mismatches") or {})
+    if len(goal.levels) > 1:
+        pooled = [r for r in config_results(trials) if r.config_id not in lossy]
+        per_level = level_winners(pooled, goal.levels)
+        if goal.multi:
+            return Verdict(None, baseline_result(config_results(trials)), False, goal,
+                           per_level, pareto_front(pooled, goal))
+        v = _verdict(trials, confirmed, objective, lossy)
+        return Verdict(v.best, v.baseline, v.confirmed, goal, per_level, sure=v.sure)
+    return _verdict(trials, confirmed, objective, lossy)
+
+
+def _verdict(trials: Sequence[FrozenTrial], confirmed: dict[str, Any] | None, objective: str,
+             lossy: set[str]) -> Verdict:
+    results = config_results(trials)
+    # configurations the last confirm phase found lossy (outputs unlike the baseline's)
+    # never win, here either (run/confirm.py decides which)
+    top = [r for r in ranked(results, objective) if r.config_id not in lossy]
     if confirmed:
         # the runs of the last confirm phase, exactly as its table showed them
         numbers = {n for ns in (confirmed.get("trials") or {}).values() for n in ns}
@@ -103,13 +163,9 @@ def verdict(study: optuna.Study, objective: str = "mean",
                                 and (not numbers or t.number in numbers)])
         winner = next((r for r in fresh if r.config_id == confirmed.get("winner")), None)
         if winner is not None:
-            return Verdict(winner, baseline_result(fresh), True)
-    results = config_results(trials)
-    # configurations the last confirm phase found lossy (outputs unlike the baseline's)
-    # never win, here either (run/confirm.py decides which)
-    lossy = set((confirmed or {}).get("lossless_mismatches") or {})
-    top = [r for r in ranked(results, objective) if r.config_id not in lossy]
-    return Verdict(top[0] if top else None, baseline_result(results), False)
+            return Verdict(winner, baseline_result(fresh), True, sure=_sure(winner, top))
+    best = top[0] if top else None
+    return Verdict(best, baseline_result(results), False, sure=_sure(best, top))
 
 
 def best_result(study: optuna.Study, objective: str = "mean",

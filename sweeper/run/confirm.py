@@ -81,6 +81,9 @@ def run_confirm(sweep: Sweep, top: int, runs: int, rounds: int = 2) -> ConfirmOu
     """Measure the top ``top`` configurations and the baseline ``runs`` times each,
     spread over ``rounds`` interleaved visits; record the verdict in the study."""
     study = sweep.study
+    if sweep.spec.objective.multi:
+        raise InputError(f"{sweep.spec.path}: objective: pareto has a front, not one winner "
+                         "to confirm; confirm needs {at: LEVEL} or {mix: ...}")
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     results = R.config_results(list(trials.values()))
     base_res = R.baseline_result(results)
@@ -108,7 +111,7 @@ def run_confirm(sweep: Sweep, top: int, runs: int, rounds: int = 2) -> ConfirmOu
             cand.trials.append(number)
             visits += 1
             sweep.report.progress(visits, total)
-            ok_runs = [r.tok_s for r in m.bench.runs if r.counted]
+            ok_runs = sweep.recorder.series(m)  # the objective's runs (every level)
             cand.runs.extend(ok_runs)
             for idx, text in _texts(m.bench).items():
                 cand.texts.setdefault(idx, text)
@@ -167,7 +170,8 @@ def _visit(sweep: Sweep, cand: Candidate, tag: str, bench: Any,
               command=cand.config.command_line(sweep.python))
     try:
         m = sweep.runner.measure(cand.config, tag, bench, label=label,
-                                 on_start=lambda h: rec.server_started(slot, h))
+                                 on_start=lambda h: rec.server_started(slot, h),
+                                 phase="confirm-", primary=sweep.spec.objective.primary)
     except BaseException as exc:
         rec.fail(slot, getattr(exc, "kind", "interrupted"), str(exc) or type(exc).__name__)
         raise

@@ -47,9 +47,11 @@ def owned_pgids(study: optuna.Study) -> set[int]:
 
 def counts_as_finished(t: FrozenTrial) -> bool:
     """A trial that cost a restart and ended (measured, or failed on the server). The
-    proposals skipped as known failures cost nothing; confirm runs are not the sweep's."""
+    proposals skipped as known failures or resolved as repeats cost nothing; confirm runs
+    are not the sweep's."""
     return t.state in (TrialState.COMPLETE, TrialState.PRUNED) and \
-        not t.user_attrs.get(A.SKIPPED) and not t.user_attrs.get(A.CONFIRM)
+        not t.user_attrs.get(A.SKIPPED) and not t.user_attrs.get(A.CONFIRM) \
+        and not t.user_attrs.get(A.REPEAT_OF)
 
 
 def finished_count(study: optuna.Study) -> int:
@@ -108,17 +110,19 @@ def reconcile(study: optuna.Study, recorder: Recorder, host: Host | Sequence[Hos
 @dataclass(frozen=True)
 class Budget:
     """``--trials N`` means N more finished trials, except when the same command resumes a
-    sweep that was killed or interrupted: then it goes on to that sweep's target."""
+    sweep that was killed or interrupted: then it goes on to that sweep's target, and to its
+    confirm phase if that is where it stopped (``phase``)."""
 
     start: int
     target: int
     done: int
     resumed: bool
+    phase: str = "sweep"  # "confirm": the trials were done, the confirm phase was not
     joined: bool = False  # another sweeper may still be working towards the same target
 
     @property
     def todo(self) -> int:
-        return self.target - self.done
+        return max(0, self.target - self.done)
 
     @classmethod
     def of(cls, study: optuna.Study, trials: int) -> Budget:
@@ -127,18 +131,25 @@ class Budget:
         owner_pid = int(old.get("pid", -1))
         here = old.get("machine") == socket.gethostname()
         joined = owner_pid != os.getpid() and (not here or pid_alive(owner_pid))
+        confirming = old.get("phase") == "confirm" and not joined
         # A sweep still running (here or on another machine) with the same --trials is
-        # joined, not added to: sweepers on several machines share one target.
-        if old and old.get("trials") == trials and old.get("target", 0) > done:
-            return cls(int(old["start"]), int(old["target"]), done, True, joined)
+        # joined, not added to: sweepers on several machines share one target. One that
+        # was interrupted is resumed towards its target, its confirm phase included.
+        if old and old.get("trials") == trials \
+                and (old.get("target", 0) >= done or confirming):
+            return cls(int(old["start"]), int(old["target"]), done, True,
+                       "confirm" if confirming else "sweep", joined)
         return cls(done, done + trials, done, False)
 
-    def save(self, study: optuna.Study, trials: int) -> None:
+    def save(self, study: optuna.Study, trials: int, phase: str = "sweep") -> None:
         study.set_user_attr(A.BUDGET, {
-            "start": self.start, "target": self.target, "trials": trials,
+            "start": self.start, "target": self.target, "trials": trials, "phase": phase,
             "machine": socket.gethostname(), "pid": os.getpid()})
 
     def describe(self, trials: int) -> str:
+        if self.resumed and self.phase == "confirm" and not self.todo:
+            return (f"resuming the interrupted sweep: its {trials} trials were done; "
+                    "resuming its confirm phase")
         if self.resumed and self.joined:
             return (f"sharing the sweep of {trials} trials with the sweeper that started it "
                     f"({self.done - self.start} done, {self.todo} to go between us)")

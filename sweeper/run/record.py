@@ -30,10 +30,14 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from sweeper.launch import LaunchConfig
-from sweeper.measure.stats import Ratio
+from sweeper.measure.levels import objective_figures
+from sweeper.measure.stats import Ratio, summarize
 from sweeper.remote.server import ServerHandle
 from sweeper.results import attrs as A
+from sweeper.run import pending
 from sweeper.run.trial import Measurement
+from sweeper.study.base import public_url
+from sweeper.study.objective import Objective
 
 MESSAGE_CHARS = 500
 LOG_TAIL_CHARS = 4000
@@ -51,12 +55,19 @@ class Slot:
 
 class Recorder:
     def __init__(self, study: optuna.Study, storage: optuna.storages.BaseStorage,
-                 artifacts: FileSystemArtifactStore, scrub: Callable[[str], str]) -> None:
+                 artifacts: FileSystemArtifactStore, scrub: Callable[[str], str],
+                 storage_url: str = "", goal: Objective | None = None) -> None:
         self.study = study
+        self.goal = goal or Objective("at", (1,), at=1)
         self.storage = storage
         self.artifacts = artifacts
         self.scrub = scrub
+        self.storage_url = storage_url
         self._study_id = storage.get_study_id_from_name(study.study_name)
+        # what this process wrote to each trial, so that a measurement whose recording
+        # fails is kept whole (run/pending.py)
+        self._written: dict[int, dict[str, Any]] = {}
+        self._started: dict[int, datetime] = {}
 
     # --- slots -------------------------------------------------------------------------
     def slot(self, trial: Trial) -> Slot:
@@ -81,6 +92,8 @@ class Recorder:
         return Slot(self.storage.get_trial(trial_id).number, trial_id)
 
     def set(self, slot: Slot, **values: Any) -> None:
+        self._written.setdefault(slot.trial_id, {}).update(values)
+        self._started.setdefault(slot.trial_id, datetime.now())
         for key, value in values.items():
             self.storage.set_trial_user_attr(slot.trial_id, key, value)
 
@@ -101,17 +114,21 @@ class Recorder:
     def prune(self, slot: Slot, kind: str, message: str, *, log_tail: str = "",
               log: str | None = None, skipped: bool = False) -> None:
         """The configuration's fault (or predicted to be): PRUNED + infeasible."""
-        if slot.trial is not None:
-            slot.trial.set_constraint("failed", 1.0)
         values: dict[str, Any] = {A.CONSTRAINT_MIRROR: 1.0, A.FAILURE: kind,
                                   A.FAILURE_MSG: self.scrub(message)[:MESSAGE_CHARS]}
         if skipped:
             values[A.SKIPPED] = True
         if log_tail:
             values[A.LOG_TAIL] = self.scrub(log_tail)[-LOG_TAIL_CHARS:]
-        self.set(slot, **values)
-        self.upload_log(slot, log)
-        self.study.tell(slot.number, state=TrialState.PRUNED)
+        self._end(slot, values, TrialState.PRUNED, None, 1.0, [self._log_artifact(slot, log)])
+
+    def repeat(self, slot: Slot, value: float, of: list[int]) -> None:
+        """An accidental repeat of a measured configuration, resolved without a restart:
+        the sampler is told the mean of what the earlier trials were told."""
+        if slot.trial is not None:
+            slot.trial.set_constraint("failed", 0.0)
+        self.set(slot, **{A.CONSTRAINT_MIRROR: 0.0, A.REPEAT_OF: list(of)})
+        self.study.tell(slot.number, value)
 
     def fail(self, slot: Slot, kind: str, message: str, *, log: str | None = None) -> None:
         """Not the configuration's fault: FAIL (the caller re-queues the parameters)."""
@@ -121,13 +138,15 @@ class Recorder:
 
     def complete(self, slot: Slot, m: Measurement, *, log: str | None = None,
                  speedup: Ratio | None = None, extra: dict[str, Any] | None = None) -> None:
-        """Measured: the runs, their summary, accept length, evidence; then the value."""
-        result, st = m.bench, m.bench.stats
-        if slot.trial is not None:
-            slot.trial.set_constraint("failed", 0.0)
+        """Measured: the runs, their summary, accept length, evidence; then the value.
+        With several concurrency levels the runs are the objective's per-run series, and
+        every level's figures are kept beside them."""
+        result = m.bench
+        levels, series, told = self._figures(m)
+        st = summarize(series)
         values: dict[str, Any] = {
             A.CONSTRAINT_MIRROR: 0.0,
-            A.RUNS: [r.tok_s for r in result.runs if r.counted],
+            A.RUNS: series,
             A.STARTUP: round(m.startup_s, 2),
             A.TOK_S_MEAN: st.mean, A.TOK_S_STDEV: st.stdev, A.TOK_S_MIN: st.min,
             A.TOK_S_MAX: st.max, A.TOK_S_CI95: [st.ci_low, st.ci_high],
@@ -135,6 +154,12 @@ class Recorder:
             A.ACCEPT: result.accept_length,
             **(extra or {}),
         }
+        if len(levels) > 1 or self.goal.multi:
+            values[A.LEVELS] = {str(c): lv for c, lv in levels.items()}
+            values[A.OBJECTIVE_VALUES] = told
+            for c, lv in levels.items():
+                values[A.per_request_key(c)] = (lv["per_request"] or {}).get("mean")
+                values[A.total_key(c)] = (lv["total"] or {}).get("mean")
         if m.decode.n_lines:
             values[A.ACCEPT_LOG] = m.decode.accept_len
             values[A.DECODE_LINES] = m.decode.n_lines
@@ -142,21 +167,91 @@ class Recorder:
                 values[A.DECODE_EAGER] = m.decode.eager_lines
         if speedup is not None:
             values[A.SPEEDUP] = speedup.ratio
-        self.set(slot, **values)
-        self.upload_json(slot, "benchmark.json", result.to_dict())
-        self.upload_log(slot, log)
-        self.study.tell(slot.number, result.value)
+        evidence = result.to_dict() if len(m.levels) < 2 else \
+            {str(c): r.to_dict() for c, r in m.levels.items()}
+        self._end(slot, values, TrialState.COMPLETE, told if self.goal.multi else told[:1], 0.0,
+                  [self._json_artifact("benchmark.json", evidence), self._log_artifact(slot, log)])
+
+    def _end(self, slot: Slot, values: dict[str, Any], state: TrialState,
+             objective: list[float] | None, constraint: float,
+             artifacts: list[dict[str, str] | None]) -> None:
+        """The last writes of a trial that was measured (or failed on its own). When the
+        storage fails here, the trial as it would have been stored is kept on local disk
+        for the next run (run/pending.py) and StorageFault says where."""
+        kept = [a for a in artifacts if a is not None]
+        self._written.setdefault(slot.trial_id, {}).update(values)  # kept even if none lands
+        try:
+            if slot.trial is not None:
+                slot.trial.set_constraint("failed", constraint)
+            self.set(slot, **values)
+            for a in kept:
+                self._upload(slot, a["name"], a["text"], a["mimetype"])
+            if state == TrialState.COMPLETE:
+                assert objective is not None
+                self.study.tell(slot.number, objective if len(objective) > 1 else objective[0])
+            else:
+                self.study.tell(slot.number, state=state)
+        except Exception as exc:
+            if not pending.is_storage_error(exc):
+                raise
+            raise self._keep(slot, state, objective, constraint, kept, exc) from exc
+
+    def _keep(self, slot: Slot, state: TrialState, objective: list[float] | None,
+              constraint: float, artifacts: list[dict[str, str]],
+              exc: BaseException) -> pending.StorageFault:
+        if slot.trial is not None:
+            params, dists = slot.trial.params, slot.trial.distributions
+        else:  # a confirm measurement: its parameters were stored when it began
+            frozen = self.storage.get_trial(slot.trial_id)
+            params, dists = frozen.params, frozen.distributions
+        record = pending.Pending.of(
+            self.study.study_name, slot.number, state, objective, params, dists,
+            self._written.get(slot.trial_id, {}), constraint,
+            self._started.get(slot.trial_id), artifacts)
+        where = pending.save(self.storage_url, record)
+        shown = public_url(self.storage_url) if self.storage_url else "the study's storage"
+        kept = (f"the measurement is kept in {where} and written in by the next run: fix "
+                "the storage, then run the same command" if where is not None else
+                "the measurement could not be kept anywhere on local disk either (lost)")
+        return pending.StorageFault(f"storage {shown} failed while recording trial "
+                                    f"{slot.number} ({pending.cause_of(exc)}); the server "
+                                    f"was stopped; {kept}", kept=where)
+
+    def _figures(self, m: Measurement) -> tuple[dict[int, dict[str, Any]], list[float],
+                                                 list[float]]:
+        return objective_figures(m.levels or {self.goal.primary: m.bench}, self.goal,
+                                 m.bench.spec.objective)
+
+    def series(self, m: Measurement) -> list[float]:
+        """The objective's per-run series of a measurement (what ``complete`` records as
+        the trial's runs): per-request tok/s combined over the levels, run by run."""
+        return self._figures(m)[1]
 
     # --- artifacts ----------------------------------------------------------------------
     def upload_json(self, slot: Slot, name: str, data: dict[str, Any]) -> None:
-        text = self.scrub(json.dumps(data, indent=2, default=str))
-        self._upload(slot, name, text, "application/json")
+        a = self._json_artifact(name, data)
+        self._upload(slot, a["name"], a["text"], a["mimetype"])
 
     def upload_log(self, slot: Slot, text: str | None) -> None:
+        a = self._log_artifact(slot, text)
+        if a is not None:
+            self._upload(slot, a["name"], a["text"], a["mimetype"])
+
+    def _json_artifact(self, name: str, data: dict[str, Any]) -> dict[str, str]:
+        return {"name": name, "text": self.scrub(json.dumps(data, indent=2, default=str)),
+                "mimetype": "application/json"}
+
+    def _log_artifact(self, slot: Slot, text: str | None) -> dict[str, str] | None:
         """The server's log, scrubbed, served by the dashboard as text (not a download)."""
-        if text is not None:
-            self._upload(slot, f"server-trial-{slot.number:04d}.log", self.scrub(text),
-                         "text/plain")
+        if text is None:
+            return None
+        return {"name": f"server-trial-{slot.number:04d}.log", "text": self.scrub(text),
+                "mimetype": "text/plain"}
+
+    def upload_to(self, trial_id: int, artifact: dict[str, str]) -> None:
+        """A kept artifact written in by a later run (run/pending.py)."""
+        self._upload(Slot(-1, trial_id), artifact["name"], artifact["text"],
+                     artifact["mimetype"])
 
     def upload_study_json(self, name: str, data: dict[str, Any]) -> None:
         """A study-level artifact (the dashboard lists it on the study's page)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import statistics
 import sys
 import time
 from collections import Counter
@@ -27,34 +28,47 @@ from sweeper.errors import (
     InputError,
     PortBusy,
     PreflightError,
+    ServerErrorResponse,
     SweeperError,
 )
 from sweeper.launch import LaunchConfig
+from sweeper.measure.stats import summarize
 from sweeper.remote import Host, LocalHost
 from sweeper.remote.preflight import preflight
 from sweeper.remote.server import ServerHandle
+from sweeper.remote.workdir import remove_run_dir, run_dir
 from sweeper.results import attrs as A
 from sweeper.results.headline import Headline, mark_best
 from sweeper.results.storage import (
     artifact_store,
+    check_objective,
     check_space,
     delete_study,
     existing_study,
     open_storage,
     space_signature,
     storage_exists,
+    storage_key,
 )
+from sweeper.run import pending
+from sweeper.run.killpoint import killpoint
+from sweeper.run.lock import claim
 from sweeper.run.progress import NullReporter, Reporter
 from sweeper.run.reconcile import Budget, owned_pgids, reconcile, requeue
 from sweeper.run.record import Recorder, Slot
+from sweeper.run.servers import stop_strays
 from sweeper.run.trial import TrialRunner
 from sweeper.search.failures import FailureMemory
 from sweeper.search.sampler import make_sampler
 from sweeper.search.space import SearchSpace
-from sweeper.study import StudySpec, placeholder_message
+from sweeper.study import HostSpec, StudySpec, placeholder_message
 from sweeper.study.base import public_url
 
 SKIP_LIMIT_FACTOR = 10
+# An accidental repeat of a measured configuration is resolved without a restart this many
+# times in a row; the next one is measured (a sampler that insists gets its replicate), so
+# the loop always moves on.
+REPEAT_LIMIT = 5
 
 
 class SweepAborted(SweeperError):
@@ -80,6 +94,7 @@ class SweepSummary:
     complete: int = 0
     pruned: Counter[str] = field(default_factory=Counter)
     skipped: int = 0
+    repeats: int = 0  # accidental repeats resolved without a restart
     failed: int = 0
     retried: int = 0
     reconciled: int = 0
@@ -101,6 +116,19 @@ def open_host(spec: StudySpec) -> tuple[Host, str]:
     from sweeper.remote.ssh import SSHHost
 
     return SSHHost(hspec.ssh), hspec.python or "python3"
+
+
+def storage_fault(exc: BaseException, storage_url: str) -> pending.StorageFault | None:
+    """``exc`` as the one-line StorageFault the CLI prints; None when it is not the
+    storage's (a bug keeps its traceback)."""
+    if isinstance(exc, pending.StorageFault):
+        return exc
+    if not pending.is_storage_error(exc):
+        return None
+    return pending.StorageFault(
+        f"storage {public_url(storage_url)} failed ({pending.cause_of(exc)}); the server was "
+        "stopped and no measurement was lost: fix the storage, then run the same command to "
+        "resume")
 
 
 @contextlib.contextmanager
@@ -143,6 +171,7 @@ class Sweep:
         self._secrets = LaunchConfig(spec.server.launcher, dict(spec.server.args),
                                      {k: str(v) for k, v in spec.server.env.items()})
         self.memory = FailureMemory()
+        self._repeats_in_a_row = 0
 
     # --- set-up -------------------------------------------------------------------------
     def open(self, require_existing: bool = False, fresh: bool = False,
@@ -152,18 +181,35 @@ class Sweep:
         ``allow_delete(number of trials)`` agreed (the CLI asks the user)."""
         sampler = make_sampler(self.options.sampler or self.spec.sweep.sampler,
                                self.options.seed if self.options.seed is not None
-                               else self.spec.sweep.seed, self.spec.sweep.n_startup_trials)
+                               else self.spec.sweep.seed, self.spec.sweep.n_startup_trials,
+                               space=self.space)
         if self._host is None:
             self._host, self._python = open_host(self.spec)
         self.host = self._host
         self.python = self._python or sys.executable
         hspec = self.spec.hosts[0]
-        self.runner = TrialRunner(self.host, self.python, self.spec.server, hspec, self.report)
+        self.workdir = run_dir(hspec.workdir, self.storage_url, self.spec.name)
+        self.runner = TrialRunner(self.host, self.python, self.spec.server, hspec, self.report,
+                                  workdir=self.workdir,
+                                  marker=storage_key(self.storage_url, self.spec.name))
+        self.lock = claim(self.storage_url, self.spec.name, self.host.name, self.report.line)
+        try:
+            return self._open(sampler, hspec, require_existing, fresh, allow_delete)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _open(self, sampler: optuna.samplers.BaseSampler, hspec: HostSpec,
+              require_existing: bool, fresh: bool,
+              allow_delete: Callable[[int], bool] | None) -> optuna.Study:
         try:
             self.host.check_alive()
         except InfrastructureError as exc:
             raise InputError(f"{self.spec.path}: hosts[0].ssh: {hspec.ssh}: {exc}; check the "
                              "address, your ~/.ssh/config and that the node is up") from exc
+        # servers of this study nobody recorded (a sweeper killed at the wrong moment)
+        stop_strays(self.host, self.storage_url, self.spec.name, self.spec.server.stop_grace,
+                    self.report.line)
         # An existing study may own a server on the port (a kept or orphaned one): read it
         # first. A storage that does not exist yet is not created before preflight passes.
         storage = open_storage(self.storage_url) if storage_exists(self.storage_url) else None
@@ -171,6 +217,7 @@ class Sweep:
         signature = space_signature(self.space.distributions())
         if study is not None and not fresh:
             check_space(study, signature, str(self.spec.path), self.storage_url)
+            check_objective(study, self.spec.objective, str(self.spec.path), self.storage_url)
         elif require_existing:
             raise InputError(f"{self.spec.path}: no study {self.spec.name!r} in "
                              f"{public_url(self.storage_url)} yet; run `sweeper optimize` first")
@@ -189,20 +236,26 @@ class Sweep:
                                  f"{self.spec.name!r} in {public_url(self.storage_url)}; add "
                                  "--yes to delete them, or drop --fresh to add to them")
             delete_study(self.storage_url, self.spec.name)
+            remove_run_dir(self.host, self.workdir)  # its servers' logs: nobody else's
             self.report.line(f"--fresh: deleted the {n} earlier trials of {self.spec.name!r}")
             storage = None
         if storage is None:
             storage = open_storage(self.storage_url)
+        # pareto: Optuna's multi-objective study (per-request against total tok/s)
         study = optuna.create_study(storage=storage, study_name=self.spec.name,
-                                    direction="maximize", sampler=sampler, load_if_exists=True)
+                                    directions=["maximize"] * len(
+                                        self.spec.objective.metric_names()),
+                                    sampler=sampler, load_if_exists=True)
         if A.SPACE not in study.user_attrs:
             study.set_user_attr(A.WINNER, "no configuration has completed yet")  # listed first
             study.set_user_attr(A.SPACE, signature)
+            study.set_user_attr(A.OBJECTIVE, self.spec.objective.signature())
             study.set_user_attr(A.SIMULATED, self.summary.simulated)
             self._enqueue_initial(study)
         self.study = study
         self.recorder = Recorder(study, storage, artifact_store(self.storage_url, self.spec.name),
-                                 self._secrets.scrub)
+                                 self._secrets.scrub, storage_url=self.storage_url,
+                                 goal=self.spec.objective)
         return study
 
     def _enqueue_initial(self, study: optuna.Study) -> None:
@@ -214,21 +267,48 @@ class Sweep:
                                 user_attrs={A.ROLE: A.START_FROM}, skip_if_exists=True)
 
     # --- the loop -----------------------------------------------------------------------
-    def run(self) -> SweepSummary:
+    def run(self, going_on: bool = False) -> SweepSummary:
+        """The trials. ``going_on``: the caller goes on with this study (the confirm
+        phase), then calls ``done()``; else the study is released at the end."""
         if not hasattr(self, "study"):
             self.open()
+        try:
+            return self._run(going_on)
+        except Exception as exc:
+            fault = storage_fault(exc, self.storage_url)
+            if fault is None:
+                raise
+            self.summary.stopped_because = "storage"
+            raise fault from exc
+
+    def _replay_pending(self) -> None:
+        """Measurements an earlier run could not store (run/pending.py) go in first."""
+        def mark(old: int, new: int) -> None:
+            slot = self.recorder.slot_of(old)
+            if self.recorder.storage.get_trial(slot.trial_id).state == TrialState.RUNNING:
+                self.recorder.fail(slot, "storage", "measured, but the storage failed while "
+                                   f"recording it; the measurement is trial {new}")
+
+        pending.replay(self.study, self.recorder.storage, self.storage_url,
+                       self.recorder.upload_to, mark, self.report.line)
+
+    def _run(self, going_on: bool) -> SweepSummary:
+        self._replay_pending()
         self.summary.reconciled = reconcile(self.study, self.recorder, self.host,
                                             self._stop_handle, self.report.line)
         for t in self.study.get_trials(deepcopy=False,
                                        states=(TrialState.COMPLETE, TrialState.PRUNED)):
             ua = t.user_attrs
-            if A.CONFIG_ID in ua and not ua.get(A.SKIPPED) and not ua.get(A.CONFIRM):
+            if A.CONFIG_ID in ua and not ua.get(A.SKIPPED) and not ua.get(A.CONFIRM) \
+                    and not ua.get(A.REPEAT_OF):
                 self.memory.add(t.number, ua[A.CONFIG_ID], ua.get(A.EFFECTIVE, {}),
                                 ua.get(A.FAILURE) if t.state == TrialState.PRUNED else None)
         budget = Budget.of(self.study, self.options.trials)
         self.summary.resumed_from = budget.done - budget.start
         self.report.line(budget.describe(self.options.trials))
         budget.save(self.study, self.options.trials)
+        self.budget = budget
+        killpoint("startup")
         self._todo = budget.todo
         self.report.progress(0, self._todo)
         deadline = time.monotonic() + self.options.timeout if self.options.timeout else None
@@ -240,6 +320,8 @@ class Sweep:
                         self.summary.stopped_because = "timeout"
                         break
                     outcome = self._one_trial()
+                    if outcome == "repeat":
+                        continue
                     if outcome == "skipped":
                         if self.summary.skipped > SKIP_LIMIT_FACTOR * self._todo + 100:
                             raise SweepAborted(
@@ -247,6 +329,7 @@ class Sweep:
                                 "known to fail; the space left may be too small or mostly "
                                 "failing: narrow the space in the study file")
                         continue
+                    self._repeats_in_a_row = 0  # a restart: repeats count afresh
                     self.report.progress(self.summary.finished, self._todo)
                     consecutive = 0 if outcome == "complete" else consecutive + 1
                     if consecutive >= self.spec.sweep.max_consecutive_failures:
@@ -254,11 +337,28 @@ class Sweep:
                             f"{consecutive} trials in a row failed; the last: "
                             f"{self._last_failure}. Check the study's server settings and "
                             f"the host, then run the same command to resume")
+        except Exception as exc:
+            if isinstance(exc, pending.StorageFault) or pending.is_storage_error(exc):
+                self.summary.stopped_because = "storage"  # nothing more is written
+            raise
         finally:
-            if self.summary.stopped_because != "interrupted":
-                self.study.set_user_attr(A.BUDGET, None)
             self._finish()
+            if not going_on:
+                self.close()
+        if not going_on:
+            self.study.set_user_attr(A.BUDGET, None)
         return self.summary
+
+    def done(self) -> None:
+        """The command finished what it set out to do: no sweep to resume any more; the
+        study is free for the next sweeper. (Interrupted or aborted, neither happens: the
+        same command then resumes towards the same target.)"""
+        self.study.set_user_attr(A.BUDGET, None)
+        self.close()
+
+    def close(self) -> None:
+        """Release the study's lock (the servers were stopped by then)."""
+        self.lock.release()
 
     def next_trial(self) -> optuna.trial.Trial:
         """The trial to run next. One host asks the study; a worker among several
@@ -280,8 +380,25 @@ class Sweep:
         cid = config.config_id()
         self.recorder.begin(slot, role=role, config=config, effective=effective,
                             command=config.command_line(self.python))
+        deliberate = getattr(self.study.sampler, "deliberate", None)
+        note = deliberate(trial.number) if deliberate and role == A.SAMPLER else None
+        if note:  # a racing replicate (search/model/): a repeat on purpose, marked so
+            trial.set_user_attr(A.REPLICATE, note)
         label = f"{prefix}{R.short_params(effective)}: "
 
+        if role == A.SAMPLER and not trial.user_attrs.get(A.REPLICATE):
+            earlier = self._measured(cid)
+            if earlier and self._repeats_in_a_row < REPEAT_LIMIT:
+                # the sampler proposed a configuration already measured, by accident:
+                # tell it what that configuration gave instead of paying a restart
+                value = statistics.fmean(v for _, v in earlier)
+                self.recorder.repeat(slot, value, [n for n, _ in earlier])
+                self._repeats_in_a_row += 1
+                self.summary.repeats += 1
+                trials = ", ".join(str(n) for n, _ in earlier)
+                self._line(f"{label}[yellow]repeat, no restart[/]: measured in trial "
+                           f"{trials}; told the sampler their mean {value:.1f}")
+                return "repeat"
         predicted = self.memory.predict(cid, effective)
         if predicted is not None:
             # Known to fail: no restart wasted on it. Recorded (the sampler learns from
@@ -293,11 +410,15 @@ class Sweep:
                        f"({predicted.kind}: {predicted.reason})")
             return "skipped"
         try:
-            m = self.runner.measure(config, f"trial-{trial.number:04d}", self.bench_spec,
-                                    label=prefix,
-                                    on_start=lambda h: self.recorder.server_started(slot, h))
+            try:
+                m = self.runner.measure(config, f"trial-{trial.number:04d}", self.bench_spec,
+                                        label=prefix,
+                                        on_start=lambda h: self.recorder.server_started(slot, h),
+                                        primary=self.spec.objective.primary)
+            except ServerErrorResponse as err:
+                raise self._server_error(trial, err) from err
         except ConfigurationFailure as fail:
-            log = self._server_log(slot)
+            log = self._server_log(slot, fail)
             self.runner.stop()
             self.memory.add(trial.number, cid, effective, fail.kind)
             self.recorder.prune(slot, fail.kind, str(fail), log_tail=fail.log_tail, log=log)
@@ -340,8 +461,15 @@ class Sweep:
         self._complete(slot, m, label)
         return "complete"
 
+    def _measured(self, cid: str) -> list[tuple[int, float]]:
+        """(trial number, value told) of every measurement of configuration ``cid``."""
+        return [(t.number, float(t.value)) for t in
+                self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if t.value is not None and t.user_attrs.get(A.CONFIG_ID) == cid
+                and not t.user_attrs.get(A.REPEAT_OF)]
+
     def _complete(self, slot: Slot, m: Any, label: str) -> None:
-        runs = [r.tok_s for r in m.bench.runs if r.counted]
+        runs = self.recorder.series(m)  # the objective's per-run series
         base = R.baseline_result(R.config_results(self.study.get_trials(deepcopy=False)))
         ratio = R.speedup_over(R.ConfigResult("", {}, "", runs=runs), base)
         self.recorder.complete(slot, m, log=self.runner.log_text(m.server), speedup=ratio)
@@ -352,15 +480,30 @@ class Sweep:
             mark_best(self.study, self.bench_spec.objective)
         result = m.bench
         acc = f", accept len {result.accept_length:.2f}" if result.accept_length else ""
-        best = f" | {headline.short()}" if headline.best is not None else ""
-        self._line(f"{label}[green]{R.fmt_tok_s(result.stats)} tok/s[/]{acc}{best}")
+        best = f" | {headline.short()}" if headline.short() else ""
+        self._line(f"{label}[green]{R.fmt_tok_s(summarize(runs))} "
+                   f"{self.spec.objective.metric_names()[0]}[/]{acc}{best}")
 
-    def _server_log(self, slot: Slot) -> str | None:
+    def _server_error(self, trial: optuna.Trial, err: ServerErrorResponse) -> SweeperError:
+        """5xx answers are retried like any fault outside the configuration, as long as the
+        study's retries last; a configuration whose server answered 5xx on every start
+        then fails as ``server_error`` (the sampler learns it)."""
+        attempt = int(trial.user_attrs.get(A.ATTEMPT, 0))
+        if attempt < self.spec.sweep.max_retries:
+            return err
+        return ConfigurationFailure(
+            "server_error", f"{err} (on {attempt + 1} server starts)",
+            f"last response body: {err.body}" if err.body else "")
+
+    def _server_log(self, slot: Slot, fail: ConfigurationFailure | None = None) -> str | None:
         handle = self.runner.current
         if handle is None:
             return None
         with contextlib.suppress(InfrastructureError):
-            return self.runner.log_text(handle)
+            text = self.runner.log_text(handle)
+            if fail is not None and fail.kind == "server_error" and text is not None:
+                text += f"\n[sweeper] {fail}\n[sweeper] {fail.log_tail}\n"  # the body
+            return text
         return None
 
     def _line(self, text: str) -> None:
@@ -394,7 +537,7 @@ class Sweep:
             v = R.verdict(self.study, self.bench_spec.objective)
             summary.best, summary.baseline = v.best, v.baseline
         keep = self.options.keep_best and summary.best is not None and \
-            summary.stopped_because != "interrupted"
+            summary.stopped_because not in ("interrupted", "storage")
         try:
             if keep:
                 assert summary.best is not None

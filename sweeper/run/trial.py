@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sweeper.errors import ConfigurationFailure, InfrastructureError
 from sweeper.launch import LaunchConfig
-from sweeper.measure import BenchmarkError, BenchResult, BenchSpec, run_benchmark
+from sweeper.measure import BenchmarkError, BenchResult, BenchSpec
+from sweeper.measure.levels import run_levels
 from sweeper.measure.logs import DecodeSummary, parse_decode_lines, summarize_decode
 from sweeper.remote import Host
 from sweeper.remote.server import ServerHandle, ServerManager
+from sweeper.run.killpoint import killpoint
 from sweeper.run.progress import NullReporter, Reporter
 from sweeper.study import HostSpec, ServerSpec
 
@@ -29,7 +31,9 @@ LOG_ARTIFACT_BYTES = 4 * 1024 * 1024
 
 @dataclass(frozen=True)
 class Measurement:
-    """One configuration served and benchmarked."""
+    """One configuration served and benchmarked, at every concurrency level of the study
+    (on the same server start). ``bench`` is the primary level's benchmark (the objective's
+    level, else the lowest): its accept length and JSON stand for the trial."""
 
     config: LaunchConfig
     server: ServerHandle
@@ -37,36 +41,48 @@ class Measurement:
     startup_s: float  # start to healthy; 0.0 when the running server was reused
     decode: DecodeSummary  # the server's "Decode batch" lines over the benchmark window
     reused: bool
+    levels: dict[int, BenchResult] = field(default_factory=dict)  # concurrency -> benchmark
 
 
 class TrialRunner:
     """Serves configurations on one host, one at a time, and measures them."""
 
     def __init__(self, host: Host, python: str, server: ServerSpec, host_spec: HostSpec,
-                 reporter: Reporter | None = None) -> None:
+                 reporter: Reporter | None = None, *, workdir: str | None = None,
+                 marker: str | None = None) -> None:
+        """``workdir``: the study's own folder on the host (remote/workdir.py), default the
+        host's workdir; ``marker``: the study key its servers carry in their environment."""
         self.host = host
         self.python = python
         self.server = server
         self.host_spec = host_spec
-        self.manager = ServerManager(host, host_spec.workdir or "~/.sweeper", python)
+        self.manager = ServerManager(host, workdir or host_spec.workdir or "~/.sweeper", python,
+                                     marker)
         self.report: Reporter = reporter or NullReporter()
         self.current: ServerHandle | None = None
 
     def measure(self, config: LaunchConfig, tag: str, bench: BenchSpec, *, label: str = "",
-                on_start: Callable[[ServerHandle], None] | None = None) -> Measurement:
-        """Serve ``config`` (restarting unless it is already serving) and benchmark it.
-        ``label`` prefixes the progress phases. A benchmark with no usable run is the
-        configuration's fault (a crash-like failure), not the network's."""
-        handle, startup_s, reused = self._serve(config, tag, label, on_start)
+                on_start: Callable[[ServerHandle], None] | None = None,
+                phase: str = "", primary: int | None = None) -> Measurement:
+        """Serve ``config`` (restarting unless it is already serving) and benchmark it at
+        every level of ``bench.concurrency`` (the restart is paid once). ``primary`` is
+        the level that stands for the trial (default: the lowest). ``label`` prefixes the
+        progress phases; ``phase`` the kill points (run/killpoint.py). A benchmark with no
+        usable run is the configuration's fault (a crash-like failure), not the network's."""
+        handle, startup_s, reused = self._serve(config, tag, label, on_start, phase)
         with self.reach(config) as base_url:
             if not reused:
                 startup_s = self.wait_healthy(handle, base_url, label)
             self.report.phase(f"{label}benchmarking")
             log_start = self.host.file_size(handle.log_path) or 0
             try:
-                result = run_benchmark(
-                    base_url, bench,
-                    on_progress=lambda msg: self.report.phase(f"{label}{msg}"),
+                def progress(msg: str) -> None:
+                    self.report.phase(f"{label}{msg}")
+                    if msg.startswith("run 1/"):
+                        killpoint(f"{phase}benchmark")
+
+                levels = run_levels(
+                    base_url, bench, on_progress=progress,
                     check_server=lambda: self.manager.check_alive(handle),
                     api_key=config.api_key)
             except BenchmarkError as exc:
@@ -76,10 +92,11 @@ class TrialRunner:
         log_end = self.host.file_size(handle.log_path) or 0
         window = self.host.read_file(handle.log_path, max(0, log_end - log_start)) or ""
         decode = summarize_decode(parse_decode_lines(window))
-        return Measurement(config, handle, result, startup_s, decode, reused)
+        main = levels[primary if primary in levels else min(levels)]
+        return Measurement(config, handle, main, startup_s, decode, reused, levels)
 
     def _serve(self, config: LaunchConfig, tag: str, label: str,
-               on_start: Callable[[ServerHandle], None] | None
+               on_start: Callable[[ServerHandle], None] | None, phase: str = ""
                ) -> tuple[ServerHandle, float, bool]:
         handle = self.current
         if handle is not None and handle.config_id == config.config_id() and \
@@ -92,6 +109,7 @@ class TrialRunner:
             handle = self.manager.start(config, tag)
             self.current = handle
             reused = False
+            killpoint(f"{phase}started")  # the server runs, the study does not say so yet
         if on_start is not None:
             on_start(handle)
         return handle, 0.0, reused

@@ -37,6 +37,7 @@ from sweeper.remote.server import ServerHandle
 from sweeper.results import attrs as A
 from sweeper.results.hosts import DONE, IDLE, RETIRED, RUNNING, STARTING, record_host
 from sweeper.run.claims import admitted, duplicate_of, needs_baseline, room
+from sweeper.run.killpoint import killpoint
 from sweeper.run.progress import NullReporter, Reporter
 from sweeper.run.reconcile import Budget, finished_count, reconcile, requeue
 from sweeper.run.sweep import (
@@ -46,6 +47,7 @@ from sweeper.run.sweep import (
     SweepOptions,
     SweepSummary,
     _sigterm_as_interrupt,
+    storage_fault,
 )
 from sweeper.search.failures import FailureMemory
 from sweeper.study import StudySpec
@@ -273,7 +275,18 @@ class HostPool:
 
     # --- the loop -----------------------------------------------------------------------
     def run(self) -> SweepSummary:
+        try:
+            return self._run()
+        except Exception as exc:
+            fault = storage_fault(exc, self.storage_url)
+            if fault is None:
+                raise
+            self.summary.stopped_because = "storage"
+            raise fault from exc
+
+    def _run(self) -> SweepSummary:
         study = self.study
+        self.primary._replay_pending()
         self.summary.reconciled = reconcile(
             study, self.primary.recorder, [w.host for w in self.live], self._stop_handle,
             self.report.line)
@@ -283,6 +296,8 @@ class HostPool:
         self.summary.resumed_from = budget.done - budget.start
         self.report.line(budget.describe(self.options.trials))
         budget.save(study, self.options.trials)
+        self.budget = budget
+        killpoint("startup")
         self.report.progress(budget.done - budget.start, self.options.trials)
         deadline = time.monotonic() + self.options.timeout if self.options.timeout else None
         threads = [threading.Thread(target=self._work, args=(w, deadline), daemon=True,
@@ -400,9 +415,10 @@ class HostPool:
         s = self.summary
         with contextlib.suppress(Exception):
             done = finished_count(self.study)
-            # Cleared when the target is met or the sweep gave up; kept when trials of a
-            # killed sweeper still hold part of it (the same command resumes them).
-            if s.stopped_because in ("timeout", "aborted") or done >= self.target:
+            # Cleared when the time limit stopped it. Kept otherwise: ``done()`` clears it
+            # after the confirm phase (a kill there resumes the confirm), and after an
+            # abort or a kill the same command resumes towards the same target.
+            if s.stopped_because == "timeout" and done < self.target:
                 self.study.set_user_attr(A.BUDGET, None)
         for w in self.workers:
             if not hasattr(w, "study"):
@@ -420,6 +436,15 @@ class HostPool:
             s.retried += ws.retried
         s.best, s.baseline = self.primary.summary.best, self.primary.summary.baseline
         s.kept_server = self.primary.summary.kept_server
+
+    def done(self) -> None:
+        """The command finished what it set out to do (its confirm phase included): nothing
+        to resume; every host's lock is released."""
+        self.study.set_user_attr(A.BUDGET, None)
+        for w in self.workers:
+            if hasattr(w, "lock"):
+                with contextlib.suppress(Exception):
+                    w.close()
 
     def describe_hosts(self) -> str:
         """``local:30001 (NVIDIA L40S), gpu-2 (NVIDIA H200)`` for the opening line."""

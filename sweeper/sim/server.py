@@ -192,6 +192,8 @@ class SimHandler(WireMixin):
         self._read_body()
         engine = self.state.engine
         busy = engine is not None and engine.busy()
+        if not busy:  # SGLang's scheduler logs the same line when it flushes
+            self.state.log.info("Cache flushed successfully!")
         self._send(400 if busy else 200, FLUSH_TEXT.encode(), "text/plain; charset=utf-8")
 
     # ------------------------------------------------------------ generation

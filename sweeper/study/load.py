@@ -359,6 +359,9 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
     rules = check_rules(path, space, server.args)
     levels = parse_levels(path, raw.benchmark.concurrency)
     objective = parse_objective(path, raw.objective, levels)
+    if objective.multi and raw.sweep.confirm_top:
+        fail(path, "sweep.confirm_top", "pareto has a front, not one winner to confirm",
+             "set it to 0, or use objective {at: LEVEL} or {mix: ...}")
     spec = StudySpec(name=name, path=path, storage=storage, hosts=hosts, server=server,
                      baseline=raw.baseline, space=space, start_from=[],
                      benchmark=raw.benchmark, sweep=raw.sweep, rules=rules,

@@ -89,6 +89,22 @@ class Objective:
         return {"kind": self.kind, "levels": list(self.levels), "at": self.at,
                 "weights": {str(k): round(v, 6) for k, v in self.weights.items()}}
 
+    @classmethod
+    def from_signature(cls, data: Mapping[str, Any] | None) -> Objective:
+        """The objective a study stored (``signature()``); a study stored before levels
+        existed measured concurrency 1."""
+        if not data:
+            return cls("at", (1,), at=1)
+        return cls(data["kind"], tuple(int(c) for c in data["levels"]), at=data.get("at"),
+                   weights={int(k): float(v) for k, v in (data.get("weights") or {}).items()})
+
+    def describe_change(self, stored: Objective) -> str:
+        """What differs from the stored objective, in words (for the refusal)."""
+        if stored.levels != self.levels:
+            return (f"benchmark.concurrency is {list(self.levels)}, the stored study measured "
+                    f"{list(stored.levels)}")
+        return f"objective is {self.describe()}, the stored study's is {stored.describe()}"
+
 
 def parse_levels(path: Path, raw: Any) -> tuple[int, ...]:
     key = "benchmark.concurrency"

@@ -105,6 +105,9 @@ class BenchSpec(_Model):
     prompts: str = "builtin"  # or a path to a .jsonl file
     request_timeout: Duration = 600.0  # total deadline per request, enforced by the client
     objective: Literal["mean", "median", "min"] = "mean"  # of per-run tok/s
+    # POST /flush_cache before every run: each starts from an empty prefix cache, so every
+    # run (and every configuration) measures the same work
+    flush_cache: bool = True
     model: str | None = None  # None -> ask /v1/models, else send this name
     # A stream silent this long is stalled (httpx's read timeout is per chunk).
     stall_timeout: Duration = 120.0
@@ -148,7 +151,7 @@ class BenchSpec(_Model):
 
 
 class SweepSpec(_Model):
-    sampler: Literal["tpe", "random"] = "tpe"
+    sampler: Literal["tpe", "random", "model"] = "tpe"
     seed: int | None = None
     max_retries: int = Field(2, ge=0)
     max_consecutive_failures: int = Field(5, ge=1)

@@ -144,6 +144,13 @@ class SSHHost(Host):
                 select.select([chan], [], [], 0.05)
         return code
 
+    @staticmethod
+    def _bounded(script: str, timeout: float) -> str:
+        """A shell script under the host's ``timeout``, like ``run``'s argv: if it hangs
+        (a hung file system), it is killed there with its process group, not left behind.
+        A server it starts with ``setsid`` has left that group and keeps running."""
+        return shlex.join([*host_timeout(timeout), "sh", "-c", script])
+
     def run(
         self, argv: Sequence[str], *, timeout: float = 60.0, env: Mapping[str, str] | None = None
     ) -> CommandResult:
@@ -182,7 +189,7 @@ class SSHHost(Host):
             f"setsid nohup {wrapped} {remote_path(exit_path)} {inner} "
             f">>{remote_path(log_path)} 2>&1 </dev/null & echo $!"
         )
-        result = self.run_shell(script, timeout=30)
+        result = self.run_shell(self._bounded(script, 30), timeout=40)
         pid_text = result.stdout.strip()
         if result.exit_code != 0 or not pid_text.isdigit():
             raise InfrastructureError(
@@ -259,9 +266,9 @@ class SSHHost(Host):
         self._sftp_call(f"get {remote}", lambda s: s.get(sftp_path(remote), str(local_path)))
 
     def makedirs(self, path: str) -> str:
-        result = self.run_shell(
-            f"mkdir -p -- {remote_path(path)} && cd -- {remote_path(path)} && pwd -P", timeout=30
-        )
+        result = self.run_shell(self._bounded(
+            f"mkdir -p -- {remote_path(path)} && cd -- {remote_path(path)} && pwd -P", 30),
+            timeout=40)
         if result.exit_code != 0:
             raise InfrastructureError(
                 f"ssh {self.name}: mkdir {path} failed: {result.stderr.strip()}"

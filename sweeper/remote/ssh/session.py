@@ -116,13 +116,27 @@ class Session:
     def open_channel(self, kind: str, dest: tuple[str, int], src: tuple[str, int],
                      timeout: float = 10.0) -> paramiko.Channel:
         """A forwarding channel (``direct-tcpip``); the connection may have dropped since
-        the last use, so a failure re-opens it once and tries again."""
+        the last use, so a failure re-opens it once and tries again.
+
+        A refusal by the host (``ChannelException``: nothing listens at ``dest`` yet, as
+        while a server starts) says nothing about the connection: it is raised as is and
+        the connection is kept. Dropping it here would cut every command, file transfer and
+        tunnel that other threads run on it at that moment."""
         try:
             return self.transport().open_channel(kind, dest, src, timeout=timeout)
+        except paramiko.ChannelException:
+            raise
         except TRANSPORT_ERRORS:
             self.drop()
+            transport = self.transport()
+            refused: paramiko.ChannelException | None = None
             with self.lost(f"forward to {dest[0]}:{dest[1]}"):
-                return self.transport().open_channel(kind, dest, src, timeout=timeout)
+                try:
+                    return transport.open_channel(kind, dest, src, timeout=timeout)
+                except paramiko.ChannelException as exc:
+                    refused = exc  # raised outside `lost`: the connection itself is fine
+            assert refused is not None
+            raise refused from None
 
     def sftp(self) -> paramiko.SFTPClient:
         """The SFTP client on this connection (opened on first use, re-opened after a drop)."""

@@ -1,0 +1,91 @@
+"""Every configuration a space can produce, with the Optuna parameters that produce it.
+
+The space (search/space.py) is walked branch by branch through its public ``effective``:
+a probe mapping answers the parameters assigned so far and raises for the next one, which
+is then tried at each value of its distribution. So whatever names and branches the space
+uses, the candidates are exactly its valid configurations, SGLang's rules applied. A float
+parameter has no finite domain: a few points stand for it here (the inner TPE samples it
+for real, see sampler.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+
+from sweeper.search.space import SearchSpace
+
+FLOAT_POINTS = 5
+MAX_CANDIDATES = 200_000  # a space larger than this is sampled by TPE alone
+
+
+class _Need(Exception):
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class _Probe(Mapping[str, Any]):
+    def __init__(self, fixed: dict[str, Any]) -> None:
+        self.fixed = fixed
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self.fixed:
+            return self.fixed[key]
+        raise _Need(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.fixed)
+
+    def __len__(self) -> int:
+        return len(self.fixed)
+
+
+def domain(dist: BaseDistribution) -> list[Any]:
+    if isinstance(dist, CategoricalDistribution):
+        return list(dist.choices)
+    if isinstance(dist, IntDistribution):
+        return list(range(dist.low, dist.high + 1, dist.step))
+    if isinstance(dist, FloatDistribution):
+        if dist.log:
+            return [float(x) for x in np.geomspace(dist.low, dist.high, FLOAT_POINTS)]
+        return [float(x) for x in np.linspace(dist.low, dist.high, FLOAT_POINTS)]
+    raise TypeError(f"cannot enumerate {dist!r}")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    params: dict[str, Any]  # Optuna (internal) parameters
+    effective: dict[str, Any]
+    config_id: str
+
+
+def enumerate_candidates(space: SearchSpace) -> list[Candidate] | None:
+    """The space's configurations, one per distinct config_id; None when it is too large."""
+    dists = space.distributions()
+    stack: list[dict[str, Any]] = [{}]
+    out: dict[str, Candidate] = {}
+    while stack:
+        fixed = stack.pop()
+        try:
+            eff = space.effective(_Probe(fixed))
+        except _Need as need:
+            for v in reversed(domain(dists[need.name])):
+                stack.append({**fixed, need.name: v})
+            continue
+        cid = space.launch_config(eff).config_id()
+        out.setdefault(cid, Candidate(dict(fixed), eff, cid))
+        if len(out) > MAX_CANDIDATES:
+            return None
+    return list(out.values())

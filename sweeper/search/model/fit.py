@@ -1,0 +1,149 @@
+"""tok/s predicted from the trials measured so far, with an uncertainty.
+
+    log tok/s = log accept_length(shape) - log cycle(shape) - factors(other knobs) + residual
+
+* accept length: per-depth acceptance fitted on measured accept lengths (accept.py);
+* cycle time: a non-negative linear function of steps, draft tokens, topk and draft TP
+  (encode.Encoder.cycle_features), fitted on cycle = accept length / tok/s of each
+  measured configuration: a verify cost per token, a draft step per draft TP, a tree cost;
+* other knobs (NCCL, env.*, any flag): multiplicative factors on the cycle, fitted by
+  ridge regression on the log of what the cycle leaves unexplained (alternating with the
+  cycle's NNLS);
+* residual: a Gaussian process over the configurations (kernel.py) on what the physics
+  misses (CUDA-graph buckets, interactions, a configuration's own luck), whose posterior
+  variance, plus a term for values never measured, is the prediction's uncertainty.
+
+The physics only gives the GP a prior mean: where the data disagree, the data win.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.optimize import nnls
+
+from sweeper.search.model.accept import AcceptModel, fit_acceptance
+from sweeper.search.model.data import History, Shape
+from sweeper.search.model.encode import Batch, Encoder
+from sweeper.search.model.kernel import GP, fit_gp
+
+CYCLE_RIDGE = 1e-3  # relative to the data's scale: only breaks ties between collinear terms
+CYCLE_PRIOR = 0.5  # prior sd of one cycle coefficient, as a fraction of a typical cycle
+FACTOR_SD = 0.04  # prior sd of one knob value's log factor: "a setting may be worth 4%"
+NOVEL_SD = 0.05  # a value never measured may be this far (log) from what the rest says
+ALTERNATIONS = 6
+
+
+@dataclass
+class Physics:
+    accept: AcceptModel
+    cycle_w: np.ndarray  # NNLS coefficients over Encoder.cycle_features
+    factor_g: np.ndarray  # log factors over Encoder.factor_features
+    factor_cov: np.ndarray  # their posterior covariance (Bayesian ridge)
+    cycle_cov: np.ndarray  # the cycle coefficients' covariance (Laplace, see cycle_var)
+
+    def cycle_var(self, X: np.ndarray) -> np.ndarray:
+        """Variance of log cycle at rows X: J^T cov J with J = x / (w . x). A cost term
+        the data never pinned (a draft TP measured once, a tree at a draft TP never
+        tried) keeps its prior's width, so exploring it is worth something."""
+        J = X / np.maximum(X @ self.cycle_w, 1e-12)[:, None]
+        return ((J @ self.cycle_cov) * J).sum(1)
+
+
+def _nnls_ridge(X: np.ndarray, y: np.ndarray, lam: float) -> np.ndarray:
+    k = X.shape[1]
+    scale = np.sqrt(lam) * max(float(np.abs(X).max()), 1e-9)
+    A = np.vstack([X, scale * np.eye(k)])
+    b = np.concatenate([y, np.zeros(k)])
+    w, _ = nnls(A, b, maxiter=50 * k)
+    return w
+
+
+def _bayes_ridge(Z: np.ndarray, r: np.ndarray, noise: np.ndarray,
+                 prior_sd: float) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior mean and covariance of g in r = Z g + e, e ~ N(0, noise), g ~ N(0, sd^2)."""
+    k = Z.shape[1]
+    if k == 0:
+        return np.zeros(0), np.zeros((0, 0))
+    P = (Z / noise[:, None]).T @ Z + np.eye(k) / prior_sd**2
+    cov = np.linalg.inv(P)
+    return cov @ (Z.T @ (r / noise)), cov
+
+
+def fit_physics(enc: Encoder, shapes: Sequence[Shape], effs: Sequence[Mapping[str, Any]],
+                tok_s: np.ndarray, accepts: Sequence[float | None],
+                noise: np.ndarray) -> Physics:
+    with_acc = [(s, a) for s, a in zip(shapes, accepts, strict=True) if a]
+    accept = fit_acceptance([s for s, _ in with_acc], [a for _, a in with_acc], enc.max_steps)
+    # tokens per cycle: the measured accept length where there is one (it is the trial's
+    # own), else the fitted one
+    L = np.array([a if a else accept.accept_length(s) for s, a in zip(shapes, accepts,
+                                                                        strict=True)])
+    cycle = L / tok_s
+    X = np.array([enc.cycle_features(s) for s in shapes])
+    Z = np.array([enc.factor_features(e) for e in effs]).reshape(len(effs), enc.factor_size())
+    g = np.zeros(Z.shape[1])
+    cov = np.zeros((Z.shape[1], Z.shape[1]))
+    w = np.zeros(X.shape[1])
+    for _ in range(ALTERNATIONS):
+        target = cycle * np.exp(-Z @ g)
+        wt = 1.0 / target  # relative errors: a slow configuration weighs no more
+        w = _nnls_ridge(X * wt[:, None], target * wt, CYCLE_RIDGE)
+        base = np.maximum(X @ w, 1e-12)
+        g, cov = _bayes_ridge(Z, np.log(cycle / base), noise, FACTOR_SD)
+    # Laplace approximation around the fit: log cycle_j ~ log(w . x_j), each coefficient
+    # a priori anywhere up to about the whole cycle (features are scaled to [0, 1])
+    J = X / np.maximum(X @ w, 1e-12)[:, None]
+    prior_sd = CYCLE_PRIOR * float(np.median(cycle))
+    P = (J / noise[:, None]).T @ J + np.eye(X.shape[1]) / prior_sd**2
+    return Physics(accept, w, g, cov, np.linalg.inv(P))
+
+
+class Predictor:
+    """Mean and standard deviation of log tok/s for configurations of one space."""
+
+    def __init__(self, enc: Encoder, history: History) -> None:
+        self.enc = enc
+        obs = [o for o in history.observations if enc.shape(o.effective) is not None]
+        self.obs = obs
+        self.physics: Physics | None = None
+        self.gp: GP | None = None
+        self.seen = enc.seen_levels([o.effective for o in obs])
+        if not obs:
+            return
+        batch = Batch(enc, [o.effective for o in obs])
+        noise = np.array([o.log_se2(max(history.spread, 0.005)) for o in obs])
+        self.physics = fit_physics(enc, [batch.shapes[i] for i in batch.shape_ix],
+                                   [o.effective for o in obs],
+                                   np.array([o.mean for o in obs]), [o.accept for o in obs],
+                                   noise)
+        y = np.array([o.log_mean for o in obs])
+        self.gp = fit_gp(batch.U, y - self.prior_mean(batch), noise)
+
+    @property
+    def ready(self) -> bool:
+        return self.gp is not None
+
+    def prior_mean(self, batch: Batch) -> np.ndarray:
+        """The physics' log tok/s (no residual)."""
+        p = self.physics
+        assert p is not None
+        L = np.array([p.accept.accept_length(s) for s in batch.shapes])
+        cyc = np.maximum(batch.X @ p.cycle_w, 1e-12)
+        return np.log(L / cyc)[batch.shape_ix] - batch.Z @ p.factor_g
+
+    def predict(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, sd) of log tok/s of every configuration of ``batch``."""
+        if self.gp is None:
+            return np.zeros(len(batch)), np.full(len(batch), 1.0)
+        mu_r, var_r = self.gp.predict(batch.U)
+        unseen = np.array([lv not in self.seen for lv in batch.universe], dtype=float)
+        novel = batch.L.astype(float) @ unseen if len(unseen) else np.zeros(len(batch))
+        assert self.physics is not None
+        var_f = ((batch.Z @ self.physics.factor_cov) * batch.Z).sum(1)
+        var_c = self.physics.cycle_var(batch.X)[batch.shape_ix]
+        var = var_r + var_f + var_c + novel * NOVEL_SD**2
+        return self.prior_mean(batch) + mu_r, np.sqrt(var)

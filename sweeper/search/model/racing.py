@@ -1,0 +1,99 @@
+"""Racing: replicates where they change the decision, and how sure the pick is.
+
+Pure statistics on pooled runs (log scale: throughput errors are relative). The leader is
+the best pooled mean, as the verdict picks it (results/verdict.py). A challenger whose
+interval overlaps the leader's may truly be the better one; the expected loss of keeping
+the leader, ``E[max(0, mu_j - mu_leader - indifference)]``, is what one more measurement of the less
+measured of the two can recover. The sampler weighs it against what exploring a new
+configuration is expected to gain (expected improvement), in the same units.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from scipy.stats import norm
+
+CHALLENGERS = 4  # beyond the top few, a replicate almost never changes the pick
+# Indifference zone (log tok/s): a challenger truly ahead by less than this is as good a
+# pick as the leader; only what the decision loses beyond it is worth a replicate
+INDIFFERENCE = 0.005
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One configuration's pooled runs."""
+
+    key: str
+    runs: tuple[float, ...]
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.runs)
+
+    def se2(self, floor_cv: float) -> float:
+        """Squared standard error of log(mean); ``floor_cv``: the least relative spread
+        believed (three runs can agree by chance; the study's typical spread is better)."""
+        n = len(self.runs)
+        cv = statistics.stdev(self.runs) / self.mean if n > 1 else floor_cv
+        return max(cv, floor_cv) ** 2 / n
+
+
+def _expected_excess(d: float, se: float) -> float:
+    """E[max(0, X)] for X ~ N(d, se^2)."""
+    if se <= 0:
+        return max(d, 0.0)
+    z = d / se
+    return d * float(norm.cdf(z)) + se * float(norm.pdf(z))
+
+
+@dataclass(frozen=True)
+class RaceCall:
+    key: str  # the configuration to measure again
+    value: float  # expected loss (log tok/s) of the decision this replicate removes
+    against: str  # the leader, or the challenger it races
+
+
+def race(arms: Sequence[Arm], floor_cv: float,
+         belief: Mapping[str, tuple[float, float]] | None = None) -> RaceCall | None:
+    """The replicate that most reduces the decision's expected loss, or None when there
+    is no challenger. The leader is the best pooled mean (the verdict's pick).
+    ``belief``: the model's posterior (mean, sd) of log tok/s per configuration; it knows
+    what a configuration's neighbours say, so a good configuration measured low once
+    still challenges. Without it, the pooled runs alone."""
+    if len(arms) < 2:
+        return None
+    lead = max(arms, key=lambda a: a.mean)
+
+    def post(a: Arm) -> tuple[float, float]:
+        if belief is not None and a.key in belief:
+            return belief[a.key]
+        return math.log(a.mean), math.sqrt(a.se2(floor_cv))
+
+    ml, sl = post(lead)
+    per_trial = min(len(a.runs) for a in arms)  # what one more trial adds, in runs
+    rivals = sorted((a for a in arms if a.key != lead.key), key=lambda a: post(a)[0],
+                    reverse=True)[:CHALLENGERS]
+    best: RaceCall | None = None
+    for c in rivals:
+        mc, sc = post(c)
+        d = mc - ml - INDIFFERENCE
+        # measure the less measured of the two: it shrinks the difference's interval most
+        pick, other = (lead, c) if lead.se2(floor_cv) >= c.se2(floor_cv) else (c, lead)
+        shrink = len(pick.runs) / (len(pick.runs) + per_trial)
+        s_now = math.sqrt(sl**2 + sc**2)
+        s_after = math.sqrt((sl**2 * shrink + sc**2) if pick is lead else (sl**2 + sc**2 * shrink))
+        # the value of the replicate: how much of the decision's expected loss it removes
+        value = _expected_excess(d, s_now) - _expected_excess(d, s_after)
+        if best is None or value > best.value:
+            best = RaceCall(pick.key, value, other.key)
+    return best
+
+
+def study_spread(arms: Sequence[Arm]) -> float:
+    """Median relative spread of runs over configurations measured more than once."""
+    cvs = [statistics.stdev(a.runs) / a.mean for a in arms if len(a.runs) > 1 and a.mean > 0]
+    return statistics.median(cvs) if cvs else 0.05
