@@ -189,10 +189,17 @@ class Sweep:
         self.python = self._python or sys.executable
         hspec = self.spec.hosts[0]
         self.workdir = run_dir(hspec.workdir, self.storage_url, self.spec.name)
+        # What collides on a host is a port: the lock and the servers' marker name the port
+        # too, so several workers (or sweepers) of one study share a machine on their own
+        # ports (hosts[i].port) without taking each other's lock or stopping each other's
+        # servers as strays.
+        self.slot = f"p{self.spec.server.port}"
         self.runner = TrialRunner(self.host, self.python, self.spec.server, hspec, self.report,
                                   workdir=self.workdir,
-                                  marker=storage_key(self.storage_url, self.spec.name))
-        self.lock = claim(self.storage_url, self.spec.name, self.host.name, self.report.line)
+                                  marker=f"{storage_key(self.storage_url, self.spec.name)}:"
+                                         f"{self.slot}")
+        self.lock = claim(self.storage_url, self.spec.name,
+                          f"{self.host.name}:{self.spec.server.port}", self.report.line)
         try:
             return self._open(sampler, hspec, require_existing, fresh, allow_delete)
         except BaseException:
@@ -209,7 +216,7 @@ class Sweep:
                              "address, your ~/.ssh/config and that the node is up") from exc
         # servers of this study nobody recorded (a sweeper killed at the wrong moment)
         stop_strays(self.host, self.storage_url, self.spec.name, self.spec.server.stop_grace,
-                    self.report.line)
+                    self.report.line, slot=self.slot)
         # An existing study may own a server on the port (a kept or orphaned one): read it
         # first. A storage that does not exist yet is not created before preflight passes.
         storage = open_storage(self.storage_url) if storage_exists(self.storage_url) else None
