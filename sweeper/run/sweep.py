@@ -188,11 +188,15 @@ class Sweep:
         self.python = self._python or sys.executable
         hspec = self.spec.hosts[0]
         self.workdir = run_dir(hspec.workdir, self.storage_url, self.spec.name)
-        # the host entry's label, not the machine: two entries may share one, on two ports
-        self.marker = worker_marker(self.storage_url, self.spec.name, hspec.label)
+        # What collides on a host is a port: the lock and the servers' marker name the host
+        # and the port, so several workers (or sweepers on one shared storage) of a study
+        # share a machine on their own ports without taking each other's lock or stopping
+        # each other's servers as strays; on the same port the second is refused.
+        where = f"{hspec.ssh}:{self.spec.server.port}"
+        self.marker = worker_marker(self.storage_url, self.spec.name, where)
         self.runner = TrialRunner(self.host, self.python, self.spec.server, hspec, self.report,
                                   workdir=self.workdir, marker=self.marker)
-        self.lock = claim(self.storage_url, self.spec.name, hspec.label, self.report.line)
+        self.lock = claim(self.storage_url, self.spec.name, where, self.report.line)
         try:
             return self._open(sampler, hspec, require_existing, fresh, allow_delete)
         except BaseException:

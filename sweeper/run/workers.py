@@ -378,6 +378,9 @@ class HostPool:
                 continue
             infra = 0
             w.record(IDLE)
+            if outcome == "repeat":  # told without a restart: nothing spent, nothing counted
+                continue
+            w._repeats_in_a_row = 0  # a restart (or a skip): repeats count afresh
             if outcome == "skipped":
                 with self._lock:
                     self._skipped += 1
@@ -443,8 +446,10 @@ class HostPool:
 
     def done(self) -> None:
         """The command finished what it set out to do (its confirm phase included): nothing
-        to resume; every host's lock is released."""
-        self.study.set_user_attr(A.BUDGET, None)
+        to resume; every host's lock is released. The budget is kept while a trial of a
+        sweeper that was killed still holds part of it: the same command runs it again."""
+        if finished_count(self.study) >= self.target:
+            self.study.set_user_attr(A.BUDGET, None)
         for w in self.workers:
             if hasattr(w, "lock"):
                 with contextlib.suppress(Exception):
