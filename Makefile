@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint sshd chromium postgres clean
+.PHONY: demo demo-traffic test test-stress lint sshd chromium postgres clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -15,6 +15,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/sweeper optimize --study demo --trials 40 --fresh --yes
 	$(BIN)/sweeper report --study demo
+
+# Two concurrency levels (1 and 16), a winner per level (studies/demo-traffic.yaml).
+demo-traffic: $(STAMP)
+	$(BIN)/sweeper optimize --study demo-traffic --trials 12 --fresh --yes
+	$(BIN)/sweeper report --study demo-traffic
 
 # The SSH tests start a real OpenSSH server on loopback: make sure the binary is there.
 sshd:
@@ -49,6 +54,10 @@ postgres:
 
 test: $(STAMP) sshd chromium postgres
 	$(BIN)/python -m pytest -q
+
+# The SSH and sweep tests while a CPU burner keeps every core busy (tests/stress.py).
+test-stress: $(STAMP) sshd
+	$(BIN)/python tests/stress.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check sweeper tests bench

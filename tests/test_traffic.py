@@ -38,7 +38,7 @@ def traffic_data(tmp: Path, max_tokens: int = 80, **overrides: Any) -> dict[str,
     data["server"]["args"]["speculative-draft-tp-size"] = 1
     data["space"] = SPACE
     data.setdefault("objective", {"mix": {1: 0.5, 16: 0.5}})
-    data["benchmark"] = {"api": "chat", "max_tokens": max_tokens, "runs": 2, "warmup": 1,
+    data["benchmark"] = {"api": "chat", "max_tokens": max_tokens, "runs": 2, "warmup": 0,
                          "concurrency": [1, 16]}
     return data
 

@@ -156,3 +156,24 @@ def test_a_stored_objective_reads_back_and_confirm_is_refused_for_pareto(
     line, = proc.stderr.strip().splitlines()
     assert ": sweep.confirm_top: " in line and "pareto" in line
     assert not (tmp_path / "t.db").exists()
+
+
+def test_a_changed_objective_is_refused_naming_its_key() -> None:
+    from sweeper.results.storage import check_objective
+
+    study = optuna.create_study(direction="maximize")
+    stored = Objective("mix", (1, 16), weights={1: 0.5, 16: 0.5})
+    study.set_user_attr(A.OBJECTIVE, stored.signature())
+    check_objective(study, stored, "s.yaml", "sqlite:///x.db")  # the same: accepted
+    with pytest.raises(InputError, match=r"^s\.yaml: objective: differs .* tok/s per request "
+                                         r"at concurrency 16, the stored study's is a "
+                                         r"traffic mix"):
+        check_objective(study, Objective("at", (1, 16), at=16), "s.yaml", "sqlite:///x.db")
+    with pytest.raises(InputError, match=r"^s\.yaml: benchmark\.concurrency: differs .*"
+                                         r"\[1, 8\], the stored study measured \[1, 16\]"):
+        check_objective(study, Objective("at", (1, 8), at=8), "s.yaml", "sqlite:///x.db")
+    # a study stored before levels existed measured concurrency 1
+    old = optuna.create_study(direction="maximize")
+    old.set_user_attr(A.SPACE, "{}")
+    with pytest.raises(InputError, match="benchmark.concurrency"):
+        check_objective(old, stored, "s.yaml", "sqlite:///x.db")

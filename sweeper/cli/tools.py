@@ -24,6 +24,9 @@ def validate(study: StudyOpt) -> None:
         out.print(f"  host: {h.ssh}{note}")
     out.print(f"  baseline: {'yes' if spec.baseline else 'no'}; "
               f"start_from: {len(spec.start_from)}; parameters: {', '.join(spec.space)}")
+    out.print(f"  concurrency: {', '.join(map(str, spec.objective.levels))} (each trial "
+              f"measures every level on one server start); objective: "
+              f"{spec.objective.describe()}", markup=False)
     out.print(f"  flags SGLang must accept: {', '.join(sorted(space.emitted_flags()))}")
 
 

@@ -206,7 +206,7 @@ class Headline:
         single = _best_single(study)
         if single is not None and single.number not in self.best.trials:
             parts += ["", f"The *Best Trial* card shows the single highest measurement "
-                          f"(trial {single.number}, {single.value:.1f} tok/s). The winner "
+                          f"(trial {single.number}, {single.value:.1f} {self.unit}). The winner "
                           "above pools every measurement of its configuration (and, after "
                           "a confirm phase, its fresh runs), so one lucky run cannot win."]
         if simulated:

@@ -10,7 +10,9 @@
   topk-1 trial included; empty for the baseline, which runs without speculation);
 - ``failure`` (its class) and ``failure_message``;
 - ``runs`` (counted runs), ``tok_s_mean``, ``tok_s_ci_low``, ``tok_s_ci_high``,
-  ``accept_length``, ``startup_s``, ``duration_s``, ``host``, ``config_id``.
+  ``accept_length``, ``startup_s``, ``duration_s``, ``host``, ``config_id``;
+- a study of several concurrency levels: ``tok_s_per_request@C`` and ``tok_s_total@C``
+  per level C (the tok/s columns above are then the objective's per-run series).
 """
 
 from __future__ import annotations
@@ -60,13 +62,18 @@ def trial_row(t: FrozenTrial, knobs: Sequence[str]) -> dict[str, Any]:
         "duration_s": t.duration.total_seconds() if t.duration else None,
         "host": (ua.get(A.SERVER) or {}).get("host"), "config_id": ua.get(A.CONFIG_ID),
     })
+    for level in sorted(int(c) for c in ua.get(A.LEVELS) or {}):
+        row[A.per_request_key(level)] = ua.get(A.per_request_key(level))
+        row[A.total_key(level)] = ua.get(A.total_key(level))
     return row
 
 
 def trials_frame(trials: Sequence[FrozenTrial], knobs: Sequence[str]) -> pd.DataFrame:
     """One row per trial, in trial order; ``knobs`` are the study's space's names."""
-    columns = [*FIXED_COLUMNS, *knobs, *FIGURE_COLUMNS]
     rows = [trial_row(t, knobs) for t in trials]
+    levels = sorted({int(k.rsplit("@", 1)[1]) for r in rows for k in r if "@" in k})
+    columns = [*FIXED_COLUMNS, *knobs, *FIGURE_COLUMNS,
+               *[key(c) for c in levels for key in (A.per_request_key, A.total_key)]]
     frame = pd.DataFrame(rows, columns=columns)
     for col in knobs:
         values = [r[col] for r in rows if r[col] is not None]
