@@ -171,9 +171,9 @@ def confirm(study: StudyOpt, storage: StorageOpt = None,
             ) -> None:
     """Re-measure the top configurations and the baseline, interleaved, and pick the
     winner on those fresh runs (what `export` then writes)."""
+    from sweeper.run.hostview import host_view
     from sweeper.run.progress import ConsoleReporter
     from sweeper.run.sweep import Sweep, SweepOptions
-    from sweeper.run.workers import host_view
 
     spec = load(study)
     reporter = ConsoleReporter(out)
@@ -190,8 +190,8 @@ def confirm(study: StudyOpt, storage: StorageOpt = None,
 @errors
 def stop(study: StudyOpt, storage: StorageOpt = None) -> None:
     """Stop the server that `optimize --keep-best` left running."""
+    from sweeper.run.hostview import host_view
     from sweeper.run.sweep import Sweep, SweepOptions
-    from sweeper.run.workers import host_view
 
     spec = load(study)
     sweep = Sweep(host_view(spec, 0), SweepOptions(trials=0, storage=storage))

@@ -27,7 +27,6 @@ from collections.abc import Callable
 
 import optuna
 from optuna.trial import Trial, TrialState
-from rich.markup import escape
 
 from sweeper.errors import InfrastructureError, InputError
 from sweeper.launch import LaunchConfig
@@ -37,6 +36,7 @@ from sweeper.remote.server import ServerHandle
 from sweeper.results import attrs as A
 from sweeper.results.hosts import DONE, IDLE, RETIRED, RUNNING, STARTING, record_host
 from sweeper.run.claims import admitted, duplicate_of, needs_baseline, room
+from sweeper.run.hostview import Prefixed, host_view
 from sweeper.run.killpoint import killpoint
 from sweeper.run.progress import NullReporter, Reporter
 from sweeper.run.reconcile import (
@@ -68,31 +68,6 @@ class NoRoom(Exception):
 
 class Busy(Exception):
     """Every proposal is already being measured elsewhere: wait, then ask again."""
-
-
-def host_view(spec: StudySpec, index: int) -> StudySpec:
-    """The study as one host's worker sees it: that host only, on its own port."""
-    h = spec.hosts[index]
-    seed = spec.sweep.seed + index if spec.sweep.seed is not None else None
-    return dataclasses.replace(
-        spec, hosts=[h], server=spec.server.model_copy(update={"port": h.port or spec.server.port}),
-        sweep=spec.sweep.model_copy(update={"seed": seed}))
-
-
-class _Prefixed:
-    """A reporter whose lines name the host (several workers write to one console)."""
-
-    def __init__(self, inner: Reporter, label: str, many: bool) -> None:
-        self.inner, self.prefix = inner, escape(f"[{label}] ") if many else ""
-
-    def phase(self, text: str) -> None:
-        self.inner.phase(self.prefix + text)
-
-    def line(self, text: str) -> None:
-        self.inner.line(self.prefix + text)
-
-    def progress(self, done: int, total: int) -> None:
-        self.inner.progress(done, total)
 
 
 class Worker(Sweep):
@@ -143,7 +118,7 @@ class HostPool:
                 options, seed=options.seed + i if options.seed is not None else None,
                 keep_best=options.keep_best and i == 0)
             host, python = hosts[i] if hosts else (None, None)
-            self.workers.append(Worker(self, i, opts, _Prefixed(self.report, spec.hosts[i].label,
+            self.workers.append(Worker(self, i, opts, Prefixed(self.report, spec.hosts[i].label,
                                                                 many), host, python))
         self.primary = self.workers[0]
         self.storage_url = self.primary.storage_url
