@@ -14,8 +14,9 @@ from sweeper.remote import LocalHost, free_port
 from sweeper.remote.groups import UNKNOWN, detect_group, group_from_names, sim_query_argv
 from sweeper.results import attrs as A
 from sweeper.run.claims import admitted, duplicate_of, needs_baseline, room
+from sweeper.run.hostview import host_view
 from sweeper.run.sweep import SweepOptions
-from sweeper.run.workers import HostPool, host_view
+from sweeper.run.workers import HostPool
 from sweeper.study import parse_study
 
 from .conftest import demo_study_data
@@ -138,3 +139,29 @@ def assert_no_overlap(trials: list[FrozenTrial]) -> None:
             assert a1 <= b0 or b1 <= a0, f"trials {a.number} and {b.number} overlap"
 
 
+
+
+def test_each_group_measures_its_own_baseline_and_has_its_own_winner(tmp_path: Path) -> None:
+    """Two hosts of different hardware (named groups): each gets a baseline on its own
+    hardware, and status names a winner per group."""
+    import yaml
+
+    from .conftest import run_cli
+
+    data = demo_study_data(tmp_path, start_from=[], sweep={"seed": 4, "n_startup_trials": 2})
+    data["hosts"] = [{"ssh": "local", "port": free_port(), "group": g,
+                      "workdir": str(tmp_path / g)} for g in ("h200", "a100")]
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(data))
+    pool = HostPool(parse_study(data, path), SweepOptions(trials=4))
+    pool.open()
+    pool.run()
+    pool.done()
+    trials = optuna.load_study(study_name="t", storage=data["storage"]).trials
+    baselines = {t.user_attrs[A.GROUP]: t for t in trials
+                 if t.user_attrs.get(A.ROLE) == A.BASELINE and t.state == TrialState.COMPLETE}
+    assert set(baselines) == {"h200", "a100"}
+    assert all(t.user_attrs[A.HOST].startswith("local:") for t in baselines.values())
+    status = run_cli("status", "--study", str(path))
+    assert status.returncode == 0, status.stderr
+    assert "group h200: Best" in status.stdout and "group a100: Best" in status.stdout

@@ -83,6 +83,7 @@ def optimize(
     import optuna
 
     from sweeper.results.headline import Headline
+    from sweeper.results.hosts import print_hosts
     from sweeper.results.status import print_summary
     from sweeper.run.confirm import leaders, leaders_changed
     from sweeper.run.progress import ConsoleReporter
@@ -137,6 +138,9 @@ def optimize(
     pool.done()
     reporter.close()
     print_summary(out, summary, Headline.of(sweep.study, spec.benchmark.objective))
+    if len(spec.hosts) > 1:  # each host's state, and each group's winner when several
+        print_hosts(out, pool.study, spec.benchmark.objective,
+                    pool.study.get_trials(deepcopy=False))
 
 
 def _confirm(sweep: Sweep, top: int, runs: int, reporter: ConsoleReporter,
@@ -167,12 +171,13 @@ def confirm(study: StudyOpt, storage: StorageOpt = None,
             ) -> None:
     """Re-measure the top configurations and the baseline, interleaved, and pick the
     winner on those fresh runs (what `export` then writes)."""
+    from sweeper.run.hostview import host_view
     from sweeper.run.progress import ConsoleReporter
     from sweeper.run.sweep import Sweep, SweepOptions
 
     spec = load(study)
     reporter = ConsoleReporter(out)
-    sweep = Sweep(spec, SweepOptions(trials=0, storage=storage), reporter)
+    sweep = Sweep(host_view(spec, 0), SweepOptions(trials=0, storage=storage), reporter)
     sweep.open(require_existing=True)
     try:
         _confirm(sweep, top, runs or spec.sweep.confirm_runs, reporter)
@@ -185,10 +190,11 @@ def confirm(study: StudyOpt, storage: StorageOpt = None,
 @errors
 def stop(study: StudyOpt, storage: StorageOpt = None) -> None:
     """Stop the server that `optimize --keep-best` left running."""
+    from sweeper.run.hostview import host_view
     from sweeper.run.sweep import Sweep, SweepOptions
 
     spec = load(study)
-    sweep = Sweep(spec, SweepOptions(trials=0, storage=storage))
+    sweep = Sweep(host_view(spec, 0), SweepOptions(trials=0, storage=storage))
     sweep.open(require_existing=True)
     try:
         handle = sweep.stop_kept()

@@ -25,6 +25,7 @@ import sweeper.results.verdict as R
 from sweeper.results import attrs as A
 from sweeper.results import figures
 from sweeper.results.headline import SIM_NOTE, Headline
+from sweeper.results.hosts import group_headlines
 from sweeper.results.levels import pareto_front
 from sweeper.results.storage import load_existing, report_dir
 from sweeper.results.table import trials_frame
@@ -226,6 +227,11 @@ def _page(spec: StudySpec, study: optuna.Study, headline: Headline, df: pd.DataF
         parts.append(f'<p class="sim">{esc(SIM_NOTE)}</p>')
     parts.append("<h2>The winner</h2><ul>" +
                  "".join(f"<li>{esc(line)}</li>" for line in headline.lines()) + "</ul>")
+    groups = group_headlines(study, spec.benchmark.objective, study.get_trials(deepcopy=False))
+    if groups:  # hosts of different hardware: each group has its own winner
+        parts.append("<h2>The winner of each group of hosts</h2><ul>" + "".join(
+            f"<li>group {esc(g)}: {esc(' '.join(h.lines()))}</li>" for g, h in groups)
+            + "</ul>")
     if len(headline.goal.levels) > 1:
         parts.append(_levels_table(headline))
     if why is not None:

@@ -27,7 +27,6 @@ from collections.abc import Callable
 
 import optuna
 from optuna.trial import Trial, TrialState
-from rich.markup import escape
 
 from sweeper.errors import InfrastructureError, InputError
 from sweeper.launch import LaunchConfig
@@ -37,6 +36,7 @@ from sweeper.remote.server import ServerHandle
 from sweeper.results import attrs as A
 from sweeper.results.hosts import DONE, IDLE, RETIRED, RUNNING, STARTING, record_host
 from sweeper.run.claims import admitted, duplicate_of, needs_baseline, room
+from sweeper.run.hostview import Prefixed, host_view
 from sweeper.run.killpoint import killpoint
 from sweeper.run.progress import NullReporter, Reporter
 from sweeper.run.reconcile import (
@@ -68,31 +68,6 @@ class NoRoom(Exception):
 
 class Busy(Exception):
     """Every proposal is already being measured elsewhere: wait, then ask again."""
-
-
-def host_view(spec: StudySpec, index: int) -> StudySpec:
-    """The study as one host's worker sees it: that host only, on its own port."""
-    h = spec.hosts[index]
-    seed = spec.sweep.seed + index if spec.sweep.seed is not None else None
-    return dataclasses.replace(
-        spec, hosts=[h], server=spec.server.model_copy(update={"port": h.port or spec.server.port}),
-        sweep=spec.sweep.model_copy(update={"seed": seed}))
-
-
-class _Prefixed:
-    """A reporter whose lines name the host (several workers write to one console)."""
-
-    def __init__(self, inner: Reporter, label: str, many: bool) -> None:
-        self.inner, self.prefix = inner, escape(f"[{label}] ") if many else ""
-
-    def phase(self, text: str) -> None:
-        self.inner.phase(self.prefix + text)
-
-    def line(self, text: str) -> None:
-        self.inner.line(self.prefix + text)
-
-    def progress(self, done: int, total: int) -> None:
-        self.inner.progress(done, total)
 
 
 class Worker(Sweep):
@@ -143,7 +118,7 @@ class HostPool:
                 options, seed=options.seed + i if options.seed is not None else None,
                 keep_best=options.keep_best and i == 0)
             host, python = hosts[i] if hosts else (None, None)
-            self.workers.append(Worker(self, i, opts, _Prefixed(self.report, spec.hosts[i].label,
+            self.workers.append(Worker(self, i, opts, Prefixed(self.report, spec.hosts[i].label,
                                                                 many), host, python))
         self.primary = self.workers[0]
         self.storage_url = self.primary.storage_url
@@ -156,6 +131,7 @@ class HostPool:
         self._consecutive = 0
         self._skipped = 0
         self._memories: dict[str, FailureMemory] = {}
+        self._with_baseline: set[str] = set()  # groups whose baseline is settled
 
     @property
     def study(self) -> optuna.Study:
@@ -235,39 +211,48 @@ class HostPool:
         """A trial for ``w`` to run: room in the budget, its group's baseline first, and
         never a configuration in flight elsewhere in the group (run/claims.py)."""
         for _ in range(DUPLICATE_TRIES):
+            # Only asking, suggesting and recording the configuration hold the lock (the
+            # sampler must see each proposal before the next); the budget and duplicate
+            # rules read the storage and hold across processes without it.
+            if room(w.study.get_trials(deepcopy=False), self.target) <= 0:
+                raise NoRoom
             with self._lock:
-                trials = w.study.get_trials(deepcopy=False)
-                if room(trials, self.target) <= 0:
-                    raise NoRoom
-                created = False
-                if self.spec.baseline and needs_baseline(trials, w.group):
-                    slot = w.recorder.new_running({}, {}, {A.ROLE: A.BASELINE})
-                    trial, created = Trial(w.study, slot.trial_id), True
-                else:
-                    trial = w.study.ask()
+                trial, created = self._ask(w)
                 queued = A.ROLE in trial.user_attrs and not created
                 role = str(trial.user_attrs.get(A.ROLE, A.SAMPLER))
                 config = w.space.baseline_config() if role == A.BASELINE else \
                     w.space.launch_config(w.space.suggest(trial))
-                slot = w.recorder.slot(trial)
-                w.recorder.set(slot, **{A.HOST: w.label, A.GROUP: w.group,
-                                        A.CONFIG_ID: config.config_id()})
-                trials = w.study.get_trials(deepcopy=False)
-                if not admitted(trials, trial.number, self.target):
-                    self._hand_back(w, trial, queued, "another sweeper took the last trial")
-                    raise NoRoom
-                other = duplicate_of(trials, trial.number, config.config_id(), w.group)
-                if other is None:
-                    w.busy = trial.number
-                    # the live output numbers trials across all hosts: "(7/24)"
-                    done = sum(counts_as_finished(t) for t in trials)
-                    w.summary.resumed_from = done - (self.target - self.options.trials) \
-                        - w.summary.finished
-                    w.record(RUNNING, trial=trial.number)
-                    return trial
-                self._hand_back(w, trial, queued, f"trial {other} is measuring the same "
-                                                  "configuration")
+                w.recorder.set(w.recorder.slot(trial), **{
+                    A.HOST: w.label, A.GROUP: w.group, A.CONFIG_ID: config.config_id()})
+            trials = w.study.get_trials(deepcopy=False)
+            if not admitted(trials, trial.number, self.target):
+                self._hand_back(w, trial, queued, "another sweeper took the last trial")
+                raise NoRoom
+            other = duplicate_of(trials, trial.number, config.config_id(), w.group)
+            if other is None:
+                w.busy = trial.number
+                # the live output numbers trials across all hosts: "(7/24)"
+                done = sum(counts_as_finished(t) for t in trials)
+                w.summary.resumed_from = done - (self.target - self.options.trials) \
+                    - w.summary.finished
+                w.record(RUNNING, trial=trial.number)
+                return trial
+            self._hand_back(w, trial, queued, f"trial {other} is measuring the same "
+                                              "configuration")
         raise Busy
+
+    def _ask(self, w: Worker) -> tuple[Trial, bool]:
+        """The study's next trial, or a baseline created for ``w``'s group when it has
+        none (True: created, not asked). Called under the lock."""
+        if self.spec.baseline and w.group not in self._with_baseline:
+            trials = w.study.get_trials(deepcopy=False)
+            if needs_baseline(trials, w.group):
+                slot = w.recorder.new_running({}, {}, {A.ROLE: A.BASELINE})
+                return Trial(w.study, slot.trial_id), True
+            if any(t.user_attrs.get(A.ROLE) == A.BASELINE and t.user_attrs.get(A.GROUP)
+                   == w.group and t.state != TrialState.FAIL for t in trials):
+                self._with_baseline.add(w.group)  # measured or in flight there: settled
+        return w.study.ask(), False
 
     def _hand_back(self, w: Worker, trial: Trial, queued: bool, why: str) -> None:
         """Give up a trial before any restart: FAIL (invisible to the sampler), and its
@@ -350,10 +335,12 @@ class HostPool:
                 outcome = w._one_trial()
             except NoRoom:
                 if any(o.busy is not None for o in self.workers if o is not w):
+                    w.record(IDLE)
                     self._stop.wait(BACKOFF_SECONDS)  # a trial there may fail and free room
                     continue
                 break
             except Busy:
+                w.record(IDLE)
                 self._stop.wait(BACKOFF_SECONDS)
                 continue
             except SweepAborted as exc:
@@ -377,7 +364,6 @@ class HostPool:
                 self._stop.wait(min(BACKOFF_SECONDS * infra, 5.0))
                 continue
             infra = 0
-            w.record(IDLE)
             if outcome == "repeat":  # told without a restart: nothing spent, nothing counted
                 continue
             w._repeats_in_a_row = 0  # a restart (or a skip): repeats count afresh
