@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-traffic test lint sshd chromium postgres clean
+.PHONY: demo demo-traffic test test-stress lint sshd chromium postgres clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -54,6 +54,10 @@ postgres:
 
 test: $(STAMP) sshd chromium postgres
 	$(BIN)/python -m pytest -q
+
+# The SSH and sweep tests while a CPU burner keeps every core busy (tests/stress.py).
+test-stress: $(STAMP) sshd
+	$(BIN)/python tests/stress.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check sweeper tests bench

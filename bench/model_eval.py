@@ -8,7 +8,8 @@ well the search works on simulated landscapes, not how fast any real GPU is.
 
 The emulated sweep is sweeper/run/sweep.py's loop in-process: baseline and start_from
 enqueued, the real sampler (make_sampler with the real SearchSpace), the real failure
-memory (a predicted failure is skipped: no restart, no trial), each trial told with the
+memory (a predicted failure is skipped: no restart, no trial), an accidental repeat told
+the earlier mean without a restart (as the sweep does), each trial told with the
 user attributes the Recorder writes (config_id, effective, runs, accept length, failure,
 skipped), racing replicates marked as the sweep marks them. Each trial counts as one
 restart, even a replicate of the configuration still serving (conservative).
@@ -42,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import search_efficiency  # noqa: E402
 from search_efficiency import GroundTruth, confirm_pick, demo_study, kimi_study  # noqa: E402
 
 from sweeper.measure.stats import p_within  # noqa: E402
@@ -53,6 +55,9 @@ from sweeper.sim import model as M  # noqa: E402
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 BUDGET = 40
+# the space's own enumeration (its draft-token position is a float that picks a value per
+# branch, which search_efficiency's probe walk cannot enumerate)
+search_efficiency.enumerate_space = lambda space: (eff for _, eff in space.configurations())
 
 
 def measure(truth: GroundTruth, cid: str, rng: random.Random) -> tuple[list[float], float | None]:
@@ -89,7 +94,7 @@ def sweep(truth: GroundTruth, strategy: str, seed: int, trials: int) -> dict[str
         study.enqueue_trial(space.internal_params(point), user_attrs={A.ROLE: A.START_FROM},
                             skip_if_exists=True)
     memory = FailureMemory()
-    done = skips = fails = late_fails = replicates = 0
+    done = skips = fails = late_fails = replicates = repeats = repeats_in_a_row = 0
     pool: dict[str, list[float]] = {}
     while done < trials and skips < 20 * trials:
         trial = study.ask()
@@ -109,6 +114,15 @@ def sweep(truth: GroundTruth, strategy: str, seed: int, trials: int) -> dict[str
         if note:
             trial.set_user_attr(A.REPLICATE, note)
             replicates += 1
+        if role == A.SAMPLER and not note and cid in pool and repeats_in_a_row < 5:
+            # run/sweep.py: an accidental repeat is told the earlier mean, no restart
+            repeats += 1
+            repeats_in_a_row += 1
+            trial.set_user_attr(A.REPEAT_OF, [0])
+            trial.set_constraint("failed", 0.0)
+            study.tell(trial, statistics.fmean(pool[cid]))
+            continue
+        repeats_in_a_row = 0
         predicted = memory.predict(cid, eff)
         if predicted is not None:
             skips += 1
@@ -135,7 +149,7 @@ def sweep(truth: GroundTruth, strategy: str, seed: int, trials: int) -> dict[str
         trial.set_constraint("failed", 0.0)
         study.tell(trial, statistics.fmean(runs))
     return {"study": study, "pool": pool, "fails": fails, "late_fails": late_fails,
-            "skips": skips, "replicates": replicates, "trials": done}
+            "skips": skips, "replicates": replicates, "trials": done, "repeats": repeats}
 
 
 def records_for_confirm(pool: dict[str, list[float]]) -> list[Any]:

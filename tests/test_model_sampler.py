@@ -108,8 +108,9 @@ def test_model_sampler_climbs_a_known_landscape(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'c.db'}"
     drive(url, 24, seed=1)
     study = optuna.load_study(study_name="m", storage=url)
+    startup = max(t.value or 0.0 for t in study.get_trials()[:4])
     spec = load_study(str(ROOT / "studies" / "demo.yaml"))
-    from bench.search_efficiency import enumerate_space  # the space's every configuration
-
-    best = max(v for v in (landscape(e) for e in enumerate_space(SearchSpace(spec))) if v)
-    assert study.best_value >= 0.97 * best
+    best = max(v for v in (landscape(e) for _, e in SearchSpace(spec).configurations()) if v)
+    # 24 of 3744 configurations, a third of them failing: near the top, well above start-up
+    assert study.best_value >= 0.95 * best
+    assert study.best_value > 1.05 * startup

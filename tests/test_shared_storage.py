@@ -106,8 +106,8 @@ def test_two_sweepers_split_the_work(shared: str, tmp_path: Path) -> None:
     finally:
         cleanup(shared, first, *([second] if second else []))
     assert first.returncode == 0 and second.returncode == 0, err1 + err2
-    assert "sharing the sweep" in out2
     done = check_exactly(shared, TRIALS)
+    assert "sharing the sweep" in out2
     owners = {t.user_attrs[A.OWNER]["pid"] for t in done}
     assert owners == {first.pid, second.pid}, "both sweepers measured"
 

@@ -18,6 +18,7 @@ from sweeper.study import parse_study
 
 from .conftest import demo_study_data, group_alive, recorded_pgids, streaming_trial, wait_for
 from .test_optimize import failing_point
+from .timeouts import scaled
 
 HANG = {"speculative-num-steps": 2, "speculative-eagle-topk": 1,
         "speculative-num-draft-tokens": 3, "speculative-draft-tp-size": 1,
@@ -86,7 +87,8 @@ def test_server_killed_mid_benchmark_is_a_crash_within_2s(sshd, tmp_path: Path) 
     trial = load(tmp_path).get_trials()[0]
     assert trial.state == TrialState.PRUNED
     assert trial.user_attrs["failure"] == "crash"
-    assert trial.datetime_complete.timestamp() - killed_at[0] < 2.0
+    # 2 s on an idle machine; tests/timeouts.py stretches it when the cores are busy
+    assert trial.datetime_complete.timestamp() - killed_at[0] < scaled(2.0)
 
 
 def test_ssh_cut_mid_trial_retries_and_loses_nothing(sshd, tmp_path: Path) -> None:

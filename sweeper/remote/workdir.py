@@ -7,15 +7,17 @@ file, so the failure classifier, the hang watchdog and the accept-length window 
 start's output only: not the lines of a run before ``--fresh``, nor those of another
 checkout sweeping a study of the same name into another storage.
 
-Every server also carries ``SWEEPER_SERVER=<key>:<start>`` in its environment: a server
+Every server also carries ``SWEEPER_SERVER=<key>@<host label>:<start>`` in its environment: a server
 started by a sweeper killed before it could record it is still found on the host
 (``Host.marked_groups``) and stopped by the next sweeper of that study.
 """
 
 from __future__ import annotations
 
+import re
+
 from sweeper.remote.host import Host
-from sweeper.results.storage import storage_key
+from sweeper.study.base import storage_key
 
 MARKER = "SWEEPER_SERVER"
 
@@ -26,13 +28,16 @@ def run_dir(host_workdir: str | None, storage_url: str, study: str) -> str:
     return f"{base}/{storage_key(storage_url, study)}"
 
 
-def marker_prefix(storage_url: str, study: str) -> str:
-    """What every server of this study in this storage has in its environment."""
-    return f"{MARKER}={storage_key(storage_url, study)}:"
+def worker_marker(storage_url: str, study: str, host_label: str) -> str:
+    """``<study key>@<host label>``: the servers of one study's worker on one host (two
+    workers may share a machine, on two ports; each stops only its own strays)."""
+    return f"{storage_key(storage_url, study)}@{re.sub(r'[^A-Za-z0-9._:@-]', '_', host_label)}"
 
 
-def marker_env(storage_url: str, study: str, start: str) -> dict[str, str]:
-    return {MARKER: f"{storage_key(storage_url, study)}:{start}"}
+def marker_prefix(marker: str) -> str:
+    """What every server of that worker has in its environment: ``SWEEPER_SERVER=<marker>:``.
+    (``SWEEPER_SERVER=<study key>@`` matches every worker of the study.)"""
+    return f"{MARKER}={marker}:"
 
 
 def next_start(host: Host, directory: str, tag: str) -> str:

@@ -4,9 +4,7 @@ matches what the storage already holds."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +14,7 @@ from optuna.distributions import FloatDistribution, IntDistribution, distributio
 
 from sweeper.errors import InputError
 from sweeper.results import attrs as A
-from sweeper.study.base import public_url
+from sweeper.study.base import public_url, storage_key
 from sweeper.study.objective import Objective
 
 
@@ -88,25 +86,6 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
         return {"connect_args": {"timeout": 30}}
     # a server that restarted or dropped an idle connection between two trials
     return {"pool_pre_ping": True}
-
-
-def canonical_url(url: str) -> str:
-    """The storage URL that names one storage wherever the command runs: a SQLite or
-    journal file by its absolute path (two checkouts both saying ``sqlite:///studies/x.db``
-    are two storages), without its password (the URL ends up in file names' hashes)."""
-    for prefix in ("sqlite:///", "journal://"):
-        if url.startswith(prefix):
-            return prefix + str(Path(url[len(prefix):]).expanduser().resolve())
-    return public_url(url)
-
-
-def storage_key(url: str, study_name: str) -> str:
-    """``<study>-<10 hex>``: one study in one storage, for directory names (its artifacts,
-    its servers' workdir on a host, its lock). Study names are free text: only safe
-    characters are kept, the hash tells apart what that folds together."""
-    digest = hashlib.sha256(f"{canonical_url(url)}\n{study_name}".encode()).hexdigest()[:10]
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", study_name)[:40].lstrip(".") or "study"
-    return f"{safe}-{digest}"
 
 
 def artifact_dir(url: str, study_name: str) -> Path:

@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import IO
 
 from sweeper.errors import SweepLocked
-from sweeper.results.storage import storage_key
-from sweeper.study.base import public_url
+from sweeper.study.base import public_url, storage_key
 
 ENV_DIR = "SWEEPER_LOCK_DIR"
 
@@ -57,13 +56,20 @@ class StudyLock:
 
     def acquire(self) -> StudyLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held until release
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = self._holder(fh)
+        while True:
+            fh = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held until release
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = self._holder(fh)
+                fh.close()
+                raise SweepLocked(self._refusal(holder)) from None
+            # The holder deletes the file when it releases: a lock taken on a file that was
+            # deleted (or replaced) meanwhile locks nothing; take the one at the path now.
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(self.path).st_ino == os.fstat(fh.fileno()).st_ino:
+                    break
             fh.close()
-            raise SweepLocked(self._refusal(holder)) from None
         old = self._holder(fh, wait=0)
         if old.get("pid") and old.get("machine") == socket.gethostname() and \
                 not _pid_alive(int(str(old["pid"]))):
@@ -78,7 +84,11 @@ class StudyLock:
         return self
 
     def release(self) -> None:
+        """Delete the file, then unlock: no lock files pile up, and one that a kill -9 left
+        behind is reused by the next holder."""
         if self._fh is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
             with contextlib.suppress(OSError):
                 fcntl.flock(self._fh, fcntl.LOCK_UN)
             self._fh.close()

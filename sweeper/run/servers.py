@@ -15,10 +15,11 @@ from sweeper.remote.host import Host
 from sweeper.remote.workdir import marker_prefix
 
 
-def stop_strays(host: Host, storage_url: str, study: str, grace: float,
+def stop_strays(host: Host, marker: str, study: str, grace: float,
                 line: Callable[[str], None]) -> list[int]:
-    """Stop every live server of ``study`` in ``storage_url`` on ``host``; their pgids."""
-    pgids = sorted(host.marked_groups(marker_prefix(storage_url, study)))
+    """Stop every live server carrying ``marker`` (remote/workdir.py ``worker_marker``: this
+    study, this storage, this host entry) on ``host``; their pgids."""
+    pgids = sorted(host.marked_groups(marker_prefix(marker)))
     for pgid in pgids:
         line(f"stopping a server of study {study!r} that an earlier sweeper left running on "
              f"{host.name} (process group {pgid})")

@@ -36,7 +36,7 @@ from sweeper.measure.stats import summarize
 from sweeper.remote import Host, LocalHost
 from sweeper.remote.preflight import preflight
 from sweeper.remote.server import ServerHandle
-from sweeper.remote.workdir import remove_run_dir, run_dir
+from sweeper.remote.workdir import remove_run_dir, run_dir, worker_marker
 from sweeper.results import attrs as A
 from sweeper.results.headline import Headline, mark_best
 from sweeper.results.storage import (
@@ -48,7 +48,6 @@ from sweeper.results.storage import (
     open_storage,
     space_signature,
     storage_exists,
-    storage_key,
 )
 from sweeper.run import pending
 from sweeper.run.killpoint import killpoint
@@ -57,7 +56,7 @@ from sweeper.run.progress import NullReporter, Reporter
 from sweeper.run.reconcile import Budget, owned_pgids, reconcile, requeue
 from sweeper.run.record import Recorder, Slot
 from sweeper.run.servers import stop_strays
-from sweeper.run.trial import TrialRunner
+from sweeper.run.trial import TrialRunner, server_error
 from sweeper.search.failures import FailureMemory
 from sweeper.search.sampler import make_sampler
 from sweeper.search.space import SearchSpace
@@ -189,10 +188,15 @@ class Sweep:
         self.python = self._python or sys.executable
         hspec = self.spec.hosts[0]
         self.workdir = run_dir(hspec.workdir, self.storage_url, self.spec.name)
+        # What collides on a host is a port: the lock and the servers' marker name the host
+        # and the port, so several workers (or sweepers on one shared storage) of a study
+        # share a machine on their own ports without taking each other's lock or stopping
+        # each other's servers as strays; on the same port the second is refused.
+        where = f"{hspec.ssh}:{self.spec.server.port}"
+        self.marker = worker_marker(self.storage_url, self.spec.name, where)
         self.runner = TrialRunner(self.host, self.python, self.spec.server, hspec, self.report,
-                                  workdir=self.workdir,
-                                  marker=storage_key(self.storage_url, self.spec.name))
-        self.lock = claim(self.storage_url, self.spec.name, self.host.name, self.report.line)
+                                  workdir=self.workdir, marker=self.marker)
+        self.lock = claim(self.storage_url, self.spec.name, where, self.report.line)
         try:
             return self._open(sampler, hspec, require_existing, fresh, allow_delete)
         except BaseException:
@@ -208,7 +212,7 @@ class Sweep:
             raise InputError(f"{self.spec.path}: hosts[0].ssh: {hspec.ssh}: {exc}; check the "
                              "address, your ~/.ssh/config and that the node is up") from exc
         # servers of this study nobody recorded (a sweeper killed at the wrong moment)
-        stop_strays(self.host, self.storage_url, self.spec.name, self.spec.server.stop_grace,
+        stop_strays(self.host, self.marker, self.spec.name, self.spec.server.stop_grace,
                     self.report.line)
         # An existing study may own a server on the port (a kept or orphaned one): read it
         # first. A storage that does not exist yet is not created before preflight passes.
@@ -416,7 +420,8 @@ class Sweep:
                                         on_start=lambda h: self.recorder.server_started(slot, h),
                                         primary=self.spec.objective.primary)
             except ServerErrorResponse as err:
-                raise self._server_error(trial, err) from err
+                raise server_error(err, int(trial.user_attrs.get(A.ATTEMPT, 0)),
+                                   self.spec.sweep.max_retries) from err
         except ConfigurationFailure as fail:
             log = self._server_log(slot, fail)
             self.runner.stop()
@@ -483,17 +488,6 @@ class Sweep:
         best = f" | {headline.short()}" if headline.short() else ""
         self._line(f"{label}[green]{R.fmt_tok_s(summarize(runs))} "
                    f"{self.spec.objective.metric_names()[0]}[/]{acc}{best}")
-
-    def _server_error(self, trial: optuna.Trial, err: ServerErrorResponse) -> SweeperError:
-        """5xx answers are retried like any fault outside the configuration, as long as the
-        study's retries last; a configuration whose server answered 5xx on every start
-        then fails as ``server_error`` (the sampler learns it)."""
-        attempt = int(trial.user_attrs.get(A.ATTEMPT, 0))
-        if attempt < self.spec.sweep.max_retries:
-            return err
-        return ConfigurationFailure(
-            "server_error", f"{err} (on {attempt + 1} server starts)",
-            f"last response body: {err.body}" if err.body else "")
 
     def _server_log(self, slot: Slot, fail: ConfigurationFailure | None = None) -> str | None:
         handle = self.runner.current

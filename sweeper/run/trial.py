@@ -15,7 +15,12 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sweeper.errors import ConfigurationFailure, InfrastructureError
+from sweeper.errors import (
+    ConfigurationFailure,
+    InfrastructureError,
+    ServerErrorResponse,
+    SweeperError,
+)
 from sweeper.launch import LaunchConfig
 from sweeper.measure import BenchmarkError, BenchResult, BenchSpec
 from sweeper.measure.levels import run_levels
@@ -42,6 +47,16 @@ class Measurement:
     decode: DecodeSummary  # the server's "Decode batch" lines over the benchmark window
     reused: bool
     levels: dict[int, BenchResult] = field(default_factory=dict)  # concurrency -> benchmark
+
+
+def server_error(err: ServerErrorResponse, attempt: int, max_retries: int) -> SweeperError:
+    """5xx answers are retried like any fault outside the configuration while the study's
+    retries last (``attempt`` counts them); a configuration whose server answered 5xx on
+    every start then fails as ``server_error``, which the sampler learns."""
+    if attempt < max_retries:
+        return err
+    return ConfigurationFailure("server_error", f"{err} (on {attempt + 1} server starts)",
+                                f"last response body: {err.body}" if err.body else "")
 
 
 class TrialRunner:

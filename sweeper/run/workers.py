@@ -39,7 +39,13 @@ from sweeper.results.hosts import DONE, IDLE, RETIRED, RUNNING, STARTING, record
 from sweeper.run.claims import admitted, duplicate_of, needs_baseline, room
 from sweeper.run.killpoint import killpoint
 from sweeper.run.progress import NullReporter, Reporter
-from sweeper.run.reconcile import Budget, finished_count, reconcile, requeue
+from sweeper.run.reconcile import (
+    Budget,
+    counts_as_finished,
+    finished_count,
+    reconcile,
+    requeue,
+)
 from sweeper.run.sweep import (
     SKIP_LIMIT_FACTOR,
     Sweep,
@@ -254,9 +260,7 @@ class HostPool:
                 if other is None:
                     w.busy = trial.number
                     # the live output numbers trials across all hosts: "(7/24)"
-                    done = sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED)
-                               and not t.user_attrs.get(A.SKIPPED)
-                               and not t.user_attrs.get(A.CONFIRM) for t in trials)
+                    done = sum(counts_as_finished(t) for t in trials)
                     w.summary.resumed_from = done - (self.target - self.options.trials) \
                         - w.summary.finished
                     w.record(RUNNING, trial=trial.number)
@@ -374,6 +378,9 @@ class HostPool:
                 continue
             infra = 0
             w.record(IDLE)
+            if outcome == "repeat":  # told without a restart: nothing spent, nothing counted
+                continue
+            w._repeats_in_a_row = 0  # a restart (or a skip): repeats count afresh
             if outcome == "skipped":
                 with self._lock:
                     self._skipped += 1
@@ -439,8 +446,10 @@ class HostPool:
 
     def done(self) -> None:
         """The command finished what it set out to do (its confirm phase included): nothing
-        to resume; every host's lock is released."""
-        self.study.set_user_attr(A.BUDGET, None)
+        to resume; every host's lock is released. The budget is kept while a trial of a
+        sweeper that was killed still holds part of it: the same command runs it again."""
+        if finished_count(self.study) >= self.target:
+            self.study.set_user_attr(A.BUDGET, None)
         for w in self.workers:
             if hasattr(w, "lock"):
                 with contextlib.suppress(Exception):

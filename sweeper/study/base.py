@@ -9,6 +9,7 @@ through ``show``: shortened, escaped to one line, and hidden when its key names 
 from __future__ import annotations
 
 import difflib
+import hashlib
 import math
 import re
 from collections.abc import Sequence
@@ -167,3 +168,21 @@ def suggest(word: str, options: Sequence[str]) -> str:
         return f"did you mean {close[0]!r}?"
     return f"valid keys: {', '.join(options)}" if options else "remove it"
 
+
+def canonical_url(url: str) -> str:
+    """The storage URL that names one storage wherever the command runs: a SQLite or
+    journal file by its absolute path (two checkouts both saying ``sqlite:///studies/x.db``
+    are two storages), without its password (the URL ends up in file names' hashes)."""
+    for prefix in ("sqlite:///", "journal://"):
+        if url.startswith(prefix):
+            return prefix + str(Path(url[len(prefix):]).expanduser().resolve())
+    return public_url(url)
+
+
+def storage_key(url: str, study_name: str) -> str:
+    """``<study>-<10 hex>``: one study in one storage, for directory names (its artifacts,
+    its servers' workdir on a host, its lock). Study names are free text: only safe
+    characters are kept, the hash tells apart what that folds together."""
+    digest = hashlib.sha256(f"{canonical_url(url)}\n{study_name}".encode()).hexdigest()[:10]
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", study_name)[:40].lstrip(".") or "study"
+    return f"{safe}-{digest}"

@@ -119,7 +119,8 @@ def read_history(trials: Sequence[FrozenTrial]) -> History:
     for t in trials:
         ua = t.user_attrs
         cid = ua.get(A.CONFIG_ID)
-        if cid is None or t.state not in (TrialState.COMPLETE, TrialState.PRUNED):
+        if cid is None or t.state not in (TrialState.COMPLETE, TrialState.PRUNED) \
+                or ua.get(A.REPEAT_OF):  # an accidental repeat told an earlier mean: no runs
             continue
         eff = dict(ua.get(A.EFFECTIVE) or {})
         if t.state == TrialState.PRUNED:

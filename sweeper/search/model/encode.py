@@ -108,7 +108,8 @@ class Encoder:
         for eff in effs:
             s = self.shape(eff)
             if s is not None:
-                seen |= {("topk", str(s.topk)), ("draft_tp", s.draft_tp), ("steps", str(s.steps))}
+                seen |= {("topk", str(s.topk)), ("draft_tp", s.draft_tp), ("steps", str(s.steps)),
+                         ("topk x draft_tp", f"{s.topk} x {s.draft_tp}")}  # own cost terms
             seen |= {(k, str(v)) for k, v in others(eff).items()}
         return seen
 
@@ -133,11 +134,15 @@ class Batch:
         self.U = np.array([enc.kernel_features(e) for e in self.effs])
         # for rules over sizes: every configuration's numbers, and the rest as one key
         self.sizes = np.array([[s.steps, s.topk, s.draft] for s in shapes]).reshape(-1, 3)
-        self.tp = np.array([s.draft_tp for s in shapes], dtype=object)  # type: ignore[union-attr]
+        self.tp = np.array([s.draft_tp for s in shapes])  # type: ignore[union-attr]
         rest = [sorted((k, str(v)) for k, v in others(e).items()) for e in self.effs]
-        self.rest = np.array([repr(r) for r in rest], dtype=object)
-        self.flags = np.array([repr([kv for kv in r if not kv[0].startswith(ENV_PREFIX)])
-                               for r in rest], dtype=object)  # the rest but env.*
+        self.rest_codes: dict[str, int] = {}
+        self.rest = np.array([self.rest_codes.setdefault(repr(r), len(self.rest_codes))
+                              for r in rest], dtype=int)
+        self.flag_codes: dict[str, int] = {}  # the same without env.*
+        self.flags = np.array([self.flag_codes.setdefault(
+            repr([kv for kv in r if not kv[0].startswith(ENV_PREFIX)]), len(self.flag_codes))
+            for r in rest], dtype=int)
         levels = [enc.levels_of(e) for e in self.effs]
         self.universe = sorted(set().union(*levels)) if levels else []
         pos = {lv: i for i, lv in enumerate(self.universe)}

@@ -22,6 +22,8 @@ from sweeper.search.model.encode import Batch, Encoder
 from sweeper.study import ENV_PREFIX
 
 L2 = 0.5  # per weight; the intercept only weakly held at the prior
+SIZES = 3  # steps, draft tokens, steps x topk: the first columns of _size_features
+SIZE_PENALTY = 0.1  # relative, for the size features: an out-of-memory edge is steep
 PRIOR_FAIL = 0.15  # before any outcome: most configurations of a sane space serve
 OOM_KINDS = ("oom",)
 
@@ -50,7 +52,7 @@ class Feasibility:
         F = self._features(batch)
         y = np.array([float(f) for _, f in rows])
 
-        self.w = _logistic(F, y, self._prior0)
+        self.w = _logistic(F, y, self._prior0, n_size=SIZES)
 
     _prior0 = float(np.log(PRIOR_FAIL / (1 - PRIOR_FAIL)))
 
@@ -64,9 +66,8 @@ class Feasibility:
             p = np.full(len(batch), PRIOR_FAIL)
         else:
             p = 1.0 / (1.0 + np.exp(-(self._features(batch) @ self.w)))
-        for i, cid in enumerate(config_ids):
-            if cid in self.failed_ids:
-                p[i] = 1.0
+        if self.failed_ids:
+            p[np.isin(np.asarray(config_ids), list(self.failed_ids))] = 1.0
         if self.ooms:
             p = np.maximum(p, self._oom_dominated(batch))
         return p
@@ -80,8 +81,8 @@ class Feasibility:
                 continue
             larger = (batch.tp == fs.draft_tp) & \
                 (batch.sizes >= [fs.steps, fs.topk, fs.draft]).all(1)
-            same = batch.rest == _key(frest)
-            flags = batch.flags == _key(_flags(frest))
+            same = batch.rest == batch.rest_codes.get(_key(frest), -1)
+            flags = batch.flags == batch.flag_codes.get(_key(_flags(frest)), -1)
             out = np.maximum(out, np.where(larger & same, 0.95,
                                            np.where(larger & flags, 0.8, 0.0)))
         return out
@@ -92,15 +93,18 @@ def _flags(rest: dict) -> dict:
 
 
 def _key(rest: dict) -> str:
-    return repr(sorted((k, str(v)) for k, v in rest.items()))
+    return repr(sorted((k, str(v)) for k, v in rest.items()))  # as encode.Batch keys them
 
 
-def _logistic(F: np.ndarray, y: np.ndarray, prior0: float, iters: int = 25) -> np.ndarray:
+def _logistic(F: np.ndarray, y: np.ndarray, prior0: float, n_size: int = 0,
+              iters: int = 25) -> np.ndarray:
     """L2-penalised logistic regression by Newton's method (tens of rows: exact and fast);
-    the intercept is pulled weakly towards ``prior0``."""
+    the intercept is pulled weakly towards ``prior0``; the ``n_size`` columns after it
+    (sizes: memory and capture limits are sharp edges) are penalised less."""
     k = F.shape[1]
     pen = np.full(k, L2)
     pen[0] = 0.25
+    pen[1:1 + n_size] = L2 * SIZE_PENALTY
     center = np.zeros(k)
     center[0] = prior0
     w = center.copy()

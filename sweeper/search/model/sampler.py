@@ -12,14 +12,15 @@ Per trial (``_plan``, once, on the first parameter asked):
    feasibility classifier (feasible.Feasibility) on the trials;
 3. score every candidate configuration of the space never measured, never failed and not
    skipped: expected improvement over the best predicted measured configuration, times
-   the probability it serves; a configuration more likely to fail than not is never
+   the probability it serves (squared); a configuration likely to fail is never
    proposed; exploring is worth less as the budget runs out (a find at the very end
    cannot be checked);
 4. racing (racing.py): when the leaders' intervals overlap by more than exploring is
    expected to gain, propose a measured configuration again, as a deliberate replicate.
 
 The plan's parameters are handed out by ``sample_independent``; a parameter the plan
-does not fix (a float, a parameter outside the walk) goes to the inner TPE.
+does not fix (outside the walk, or a value its distribution does not hold) goes to the
+inner TPE.
 ``deliberate(number)`` tells the sweep that a trial is a racing replicate so it can mark
 it (results/attrs.REPLICATE).
 """
@@ -35,6 +36,7 @@ import optuna
 from optuna.distributions import (
     BaseDistribution,
     CategoricalDistribution,
+    FloatDistribution,
     IntDistribution,
 )
 from optuna.samplers import BaseSampler
@@ -50,7 +52,7 @@ from sweeper.search.model.fit import Predictor
 from sweeper.search.model.racing import Arm, RaceCall, race, study_spread
 from sweeper.search.space import SearchSpace
 
-MAX_P_FAIL = 0.5  # never propose what is more likely to fail than to serve
+MAX_P_FAIL = 0.35  # a restart on a failure is lost: propose only what likely serves
 ENDGAME = 0.25  # the last quarter of the budget: exploring pays less and less
 
 
@@ -66,12 +68,16 @@ def _fits(dist: BaseDistribution, value: Any) -> bool:
         return value in dist.choices
     if isinstance(dist, IntDistribution):
         return isinstance(value, int) and dist.low <= value <= dist.high
-    return False  # floats: the inner sampler draws them for real
+    if isinstance(dist, FloatDistribution):
+        return isinstance(value, float) and dist.low <= value <= dist.high
+    return False
 
 
 def _finished(t: FrozenTrial) -> bool:
-    return t.state in (TrialState.COMPLETE, TrialState.PRUNED) and \
-        not t.user_attrs.get(A.SKIPPED) and not t.user_attrs.get(A.CONFIRM)
+    """A trial that cost a restart (run/reconcile.counts_as_finished's rule)."""
+    ua = t.user_attrs
+    return t.state in (TrialState.COMPLETE, TrialState.PRUNED) and not ua.get(A.SKIPPED) \
+        and not ua.get(A.CONFIRM) and not ua.get(A.REPEAT_OF)
 
 
 class ModelSampler(BaseSampler):
@@ -149,8 +155,9 @@ class ModelSampler(BaseSampler):
         return self._plans[trial.number]
 
     def proposed_by(self, number: int) -> str | None:
-        """Who chose trial ``number``'s parameters in this process: "model", "racing",
-        "tpe" (start-up or nothing to model), or None (enqueued: nobody asked)."""
+        """Who planned trial ``number``'s parameters in this process: "model", "racing",
+        "tpe" (start-up or nothing to model), or None (not asked here). An enqueued trial
+        (baseline, start_from, a retry) keeps its own parameters whatever the plan."""
         return self._sources.get(number)
 
     def _make_plan(self, study: optuna.Study) -> Plan | None:
@@ -177,9 +184,10 @@ class ModelSampler(BaseSampler):
         at_measured = np.array([c in measured for c in ids])
         incumbent = float(mean[at_measured].max()) if at_measured.any() else float(mean.max())
         z = (mean - incumbent) / np.maximum(sd, 1e-9)
-        ei = sd * (z * norm.cdf(z) + norm.pdf(z)) * (1.0 - p_fail)
+        # squared: a failure costs a restart and teaches little about speed
+        ei = sd * (z * norm.cdf(z) + norm.pdf(z)) * (1.0 - p_fail) ** 2
         ei = np.where(open_, ei, -1.0)
-        explore = float(ei.max()) * self._endgame(study, finished)
+        explore = float(ei.max()) * self._endgame(study, finished) ** 2
         call = self._race(history, model)
         if call is not None and (call.value > explore or not open_.any()):
             obs = next(o for o in model.obs if o.config_id == call.key)
