@@ -43,7 +43,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import search_efficiency  # noqa: E402
 from search_efficiency import GroundTruth, confirm_pick, demo_study, kimi_study  # noqa: E402
 
 from sweeper.measure.stats import p_within  # noqa: E402
@@ -55,9 +54,6 @@ from sweeper.sim import model as M  # noqa: E402
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 BUDGET = 40
-# the space's own enumeration (its draft-token position is a float that picks a value per
-# branch, which search_efficiency's probe walk cannot enumerate)
-search_efficiency.enumerate_space = lambda space: (eff for _, eff in space.configurations())
 
 
 def measure(truth: GroundTruth, cid: str, rng: random.Random) -> tuple[list[float], float | None]:

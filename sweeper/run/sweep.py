@@ -9,13 +9,9 @@ infeasible, an InfrastructureError FAILs and its parameters are retried (up to
 from __future__ import annotations
 
 import contextlib
-import signal
-import statistics
 import sys
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import optuna
@@ -29,11 +25,10 @@ from sweeper.errors import (
     PortBusy,
     PreflightError,
     ServerErrorResponse,
-    SweeperError,
 )
 from sweeper.launch import LaunchConfig
 from sweeper.measure.stats import summarize
-from sweeper.remote import Host, LocalHost
+from sweeper.remote import Host
 from sweeper.remote.preflight import preflight
 from sweeper.remote.server import ServerHandle
 from sweeper.remote.workdir import remove_run_dir, run_dir, worker_marker
@@ -50,8 +45,17 @@ from sweeper.results.storage import (
     storage_exists,
 )
 from sweeper.run import pending
+from sweeper.run.common import (  # noqa: F401 - re-exported: the sweep's public names
+    SweepAborted,
+    SweepOptions,
+    SweepSummary,
+    _sigterm_as_interrupt,
+    open_host,
+    storage_fault,
+)
 from sweeper.run.killpoint import killpoint
 from sweeper.run.lock import claim
+from sweeper.run.norestart import REPEAT_LIMIT, resolve_without_restart  # noqa: F401
 from sweeper.run.progress import NullReporter, Reporter
 from sweeper.run.reconcile import Budget, owned_pgids, reconcile, requeue
 from sweeper.run.record import Recorder, Slot
@@ -60,91 +64,10 @@ from sweeper.run.trial import TrialRunner, server_error
 from sweeper.search.failures import FailureMemory
 from sweeper.search.sampler import make_sampler
 from sweeper.search.space import SearchSpace
-from sweeper.study import HostSpec, StudySpec, placeholder_message
+from sweeper.study import HostSpec, StudySpec
 from sweeper.study.base import public_url
 
 SKIP_LIMIT_FACTOR = 10
-# An accidental repeat of a measured configuration is resolved without a restart this many
-# times in a row; the next one is measured (a sampler that insists gets its replicate), so
-# the loop always moves on.
-REPEAT_LIMIT = 5
-
-
-class SweepAborted(SweeperError):
-    """The sweep stopped before its budget: too many failures in a row, or retries
-    of an infrastructure fault used up. The message says what to fix."""
-
-
-@dataclass
-class SweepOptions:
-    trials: int = 40
-    timeout: float | None = None
-    storage: str | None = None
-    sampler: str | None = None
-    seed: int | None = None
-    keep_best: bool = False
-
-
-@dataclass
-class SweepSummary:
-    study: str
-    storage: str
-    finished: int = 0
-    complete: int = 0
-    pruned: Counter[str] = field(default_factory=Counter)
-    skipped: int = 0
-    repeats: int = 0  # accidental repeats resolved without a restart
-    failed: int = 0
-    retried: int = 0
-    reconciled: int = 0
-    stopped_because: str = "budget"
-    best: R.ConfigResult | None = None
-    baseline: R.ConfigResult | None = None
-    kept_server: ServerHandle | None = None
-    simulated: bool = False
-    resumed_from: int = 0
-
-
-def open_host(spec: StudySpec) -> tuple[Host, str]:
-    """The study's first host and the python that ``{python}`` stands for on it."""
-    hspec = spec.hosts[0]
-    if hspec.is_local:
-        return LocalHost(), hspec.python or sys.executable
-    if hspec.is_placeholder:
-        raise InputError(placeholder_message(spec, 0))
-    from sweeper.remote.ssh import SSHHost
-
-    return SSHHost(hspec.ssh), hspec.python or "python3"
-
-
-def storage_fault(exc: BaseException, storage_url: str) -> pending.StorageFault | None:
-    """``exc`` as the one-line StorageFault the CLI prints; None when it is not the
-    storage's (a bug keeps its traceback)."""
-    if isinstance(exc, pending.StorageFault):
-        return exc
-    if not pending.is_storage_error(exc):
-        return None
-    return pending.StorageFault(
-        f"storage {public_url(storage_url)} failed ({pending.cause_of(exc)}); the server was "
-        "stopped and no measurement was lost: fix the storage, then run the same command to "
-        "resume")
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM takes the Ctrl-C path: the trial is recorded, the server stopped."""
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread (tests may drive a sweep from a thread)
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 class Sweep:
@@ -390,29 +313,9 @@ class Sweep:
             trial.set_user_attr(A.REPLICATE, note)
         label = f"{prefix}{R.short_params(effective)}: "
 
-        if role == A.SAMPLER and not trial.user_attrs.get(A.REPLICATE):
-            earlier = self._measured(cid)
-            if earlier and self._repeats_in_a_row < REPEAT_LIMIT:
-                # the sampler proposed a configuration already measured, by accident:
-                # tell it what that configuration gave instead of paying a restart
-                value = statistics.fmean(v for _, v in earlier)
-                self.recorder.repeat(slot, value, [n for n, _ in earlier])
-                self._repeats_in_a_row += 1
-                self.summary.repeats += 1
-                trials = ", ".join(str(n) for n, _ in earlier)
-                self._line(f"{label}[yellow]repeat, no restart[/]: measured in trial "
-                           f"{trials}; told the sampler their mean {value:.1f}")
-                return "repeat"
-        predicted = self.memory.predict(cid, effective)
-        if predicted is not None:
-            # Known to fail: no restart wasted on it. Recorded (the sampler learns from
-            # it) but not counted against --trials, which counts restarts.
-            self.recorder.prune(slot, predicted.kind, f"predicted: {predicted.reason}",
-                                skipped=True)
-            self.summary.skipped += 1
-            self._line(f"{label}[yellow]skipped, no restart[/]: known to fail "
-                       f"({predicted.kind}: {predicted.reason})")
-            return "skipped"
+        resolved = resolve_without_restart(self, trial, slot, role, cid, effective, label)
+        if resolved is not None:
+            return resolved
         try:
             try:
                 m = self.runner.measure(config, f"trial-{trial.number:04d}", self.bench_spec,
@@ -465,13 +368,6 @@ class Sweep:
         self.memory.add(trial.number, cid, effective, None)
         self._complete(slot, m, label)
         return "complete"
-
-    def _measured(self, cid: str) -> list[tuple[int, float]]:
-        """(trial number, value told) of every measurement of configuration ``cid``."""
-        return [(t.number, float(t.value)) for t in
-                self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if t.value is not None and t.user_attrs.get(A.CONFIG_ID) == cid
-                and not t.user_attrs.get(A.REPEAT_OF)]
 
     def _complete(self, slot: Slot, m: Any, label: str) -> None:
         runs = self.recorder.series(m)  # the objective's per-run series
