@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from search_efficiency import STUDIES, enumerate_space  # noqa: E402
+from search_efficiency import demo_study, kimi_study  # noqa: E402
 
 from sweeper.search.failures import FailureMemory  # noqa: E402
 from sweeper.search.sampler import make_sampler  # noqa: E402
@@ -62,6 +62,7 @@ from sweeper.search.space import SearchSpace  # noqa: E402
 from sweeper.sim import expected_throughput, load_profile  # noqa: E402
 from sweeper.study import StudySpec  # noqa: E402
 
+STUDIES = {"demo": (demo_study, "demo"), "kimi": (kimi_study, "kimi-k2.5-8xh200")}
 LEVELS = (1, 8, 32)
 WEIGHTS = {1: 0.2, 8: 0.5, 32: 0.3}
 TOLERANCES = (0.01, 0.03)
@@ -87,7 +88,7 @@ class Truth:
     def __post_init__(self) -> None:
         self.space = SearchSpace(self.spec)
         self.prof = load_profile(self.profile)
-        for eff in enumerate_space(self.space):
+        for _, eff in self.space.configurations():
             self.add(self.space.launch_config(eff))
         self.add(self.space.baseline_config())
         ok = {cid: mix(p) for cid, p in self.per.items() if p is not None}
@@ -239,7 +240,7 @@ def main() -> None:
           "not real hardware.")
     print(f"levels {list(LEVELS)}, objective mix {WEIGHTS} (weighted geometric mean of "
           f"tok/s per request); {args.seeds} seeds, budget {args.budget} restarts")
-    for key, (make, profile, _) in STUDIES.items():
+    for key, (make, profile) in STUDIES.items():
         if args.only and key != args.only:
             continue
         t0 = time.monotonic()

@@ -156,6 +156,10 @@ def test_a_stored_objective_reads_back_and_confirm_is_refused_for_pareto(
     line, = proc.stderr.strip().splitlines()
     assert ": sweep.confirm_top: " in line and "pareto" in line
     assert not (tmp_path / "t.db").exists()
+    data = traffic_data(tmp_path, objective="pareto", sweep={"sampler": "model"})
+    proc = run_cli("optimize", "--study", str(write(tmp_path, data)), "--trials", "1")
+    assert proc.returncode == 2 and ": sweep.sampler: " in proc.stderr
+    assert not (tmp_path / "t.db").exists()
 
 
 def test_a_changed_objective_is_refused_naming_its_key() -> None:

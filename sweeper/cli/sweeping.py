@@ -76,6 +76,9 @@ def optimize(
 ) -> None:
     """Run the sweep: restart SGLang with each proposed configuration and benchmark it."""
     spec = load(study)  # first: bad input is refused before the heavy imports
+    if spec.objective.multi and sampler == "model":
+        raise InputError(f"{spec.path}: objective: pareto has two objectives; --sampler model "
+                         "predicts one: use tpe or random")
     if spec.objective.multi and (confirm or keep_best):
         raise InputError(f"{spec.path}: objective: pareto has a front, not one winner; "
                          f"{'--confirm' if confirm else '--keep-best'} needs {{at: LEVEL}} "

@@ -359,6 +359,9 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
     rules = check_rules(path, space, server.args)
     levels = parse_levels(path, raw.benchmark.concurrency)
     objective = parse_objective(path, raw.objective, levels)
+    if objective.multi and raw.sweep.sampler == "model":
+        fail(path, "sweep.sampler", "the model sampler predicts one objective; pareto has two",
+             "use tpe or random with pareto")
     if objective.multi and raw.sweep.confirm_top:
         fail(path, "sweep.confirm_top", "pareto has a front, not one winner to confirm",
              "set it to 0, or use objective {at: LEVEL} or {mix: ...}")
