@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 
 from sweeper.launch import LaunchConfig  # noqa: E402
 from sweeper.results import attrs as A  # noqa: E402
+from sweeper.run.confirm import ConfirmPlan, confirm_plan  # noqa: E402
 from sweeper.run.sweep import REPEAT_LIMIT  # noqa: E402
 from sweeper.search.failures import FailureMemory  # noqa: E402
 from sweeper.search.sampler import SAMPLERS, make_sampler  # noqa: E402
@@ -61,7 +62,6 @@ warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning
 warnings.filterwarnings("ignore", category=UserWarning, module="optuna")
 
 GRID, GP, DEFAULT = "grid", "gp", "default"
-CONFIRM_ROUNDS = 2  # run/confirm.py's default
 
 
 def strategies_available() -> list[str]:
@@ -210,9 +210,9 @@ def emulate(truth: GroundTruth, strategy: str, seed: int, budget: int,
     spec, space = truth.spec, truth.space
     # the same noise stream for every strategy at a seed (common random numbers)
     rng = random.Random(f"noise/{seed}")
-    top = spec.sweep.confirm_top
-    confirm_cost = CONFIRM_ROUNDS * (top + (1 if spec.baseline else 0)) if top else 0
-    sweep_budget = max(1, budget - confirm_cost)
+    # the confirm phase the CLI would run after this strategy's sweep (run/confirm.py)
+    plan = confirm_plan(spec, spec.sweep.sampler if strategy == DEFAULT else strategy)
+    sweep_budget = max(1, budget - plan.restarts)
     out = Sweep()
     memory = FailureMemory()
     in_a_row = 0
@@ -323,18 +323,18 @@ def emulate(truth: GroundTruth, strategy: str, seed: int, budget: int,
             else:
                 trial.set_constraint("failed", 0.0)
                 study.tell(trial, value)
-    out.final, out.confirm_restarts = confirm_phase(out.runs, truth, seed)
+    out.final, out.confirm_restarts = confirm_phase(out.runs, truth, seed, plan)
     return out
 
 
-def confirm_phase(pool: dict[str, list[float]], truth: GroundTruth, seed: int
-                  ) -> tuple[str | None, int]:
-    """run/confirm.py's phase: the top ``sweep.confirm_top`` configurations (pooled means,
-    baseline excluded) and the baseline re-measured, ``ceil(confirm_runs / rounds)`` runs
-    per visit, one restart per visit; the fresh runs alone decide, and the baseline wins if
-    nothing beats it. -> (winner, restarts)."""
-    spec = truth.spec
-    top = spec.sweep.confirm_top
+def confirm_phase(pool: dict[str, list[float]], truth: GroundTruth, seed: int,
+                  plan: ConfirmPlan | None = None) -> tuple[str | None, int]:
+    """run/confirm.py's phase as ``plan`` says (default: the study's full phase): the top
+    configurations (pooled means, baseline excluded) and the baseline re-measured,
+    ``ceil(runs / rounds)`` runs per visit, one restart per visit; the fresh runs alone
+    decide, and the baseline wins if nothing beats it. -> (winner, restarts)."""
+    plan = plan or confirm_plan(truth.spec, "tpe")
+    top = plan.top
     ranked = sorted((c for c in pool if c != truth.baseline_cid),
                     key=lambda c: statistics.fmean(pool[c]), reverse=True)[:top]
     if not top or not ranked:
@@ -342,16 +342,16 @@ def confirm_phase(pool: dict[str, list[float]], truth: GroundTruth, seed: int
         return best, 0
     cands = ranked + ([truth.baseline_cid] if truth.baseline_cid in pool else [])
     rng = random.Random(f"confirm/{seed}")
-    per_visit = max(1, math.ceil(spec.sweep.confirm_runs / CONFIRM_ROUNDS))
+    per_visit = max(1, math.ceil(plan.runs / plan.rounds))
     fresh: dict[str, list[float]] = {c: [] for c in cands}
-    for _ in range(CONFIRM_ROUNDS):
+    for _ in range(plan.rounds):
         for c in cands:
             fresh[c].extend(truth.measure(c, rng, per_visit))
     winner = max(ranked, key=lambda c: statistics.fmean(fresh[c]))
     if truth.baseline_cid in fresh and \
             statistics.fmean(fresh[truth.baseline_cid]) > statistics.fmean(fresh[winner]):
         winner = truth.baseline_cid
-    return winner, CONFIRM_ROUNDS * len(cands)
+    return winner, plan.rounds * len(cands)
 
 
 # --------------------------------------------------------------------------- figures

@@ -50,7 +50,6 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from emulation import (  # noqa: E402
-    CONFIRM_ROUNDS,
     SKIP_FIRST,
     GroundTruth,
     Honesty,
@@ -62,6 +61,7 @@ from emulation import (  # noqa: E402
 
 from sweeper.remote import free_port  # noqa: E402
 from sweeper.results import attrs as A  # noqa: E402
+from sweeper.run.confirm import confirm_plan  # noqa: E402
 from sweeper.study import StudySpec, load_study  # noqa: E402
 
 TRIALS = 40
@@ -208,10 +208,10 @@ def main() -> None:
     truth = GroundTruth(spec, args.profile or sim_profile(spec.server.launcher))
     if args.emulate:
         # --trials 40 then the confirm phase: the 40 restarts are the sweep's alone
-        top = spec.sweep.confirm_top
-        extra = CONFIRM_ROUNDS * (top + (1 if spec.baseline else 0)) if top else 0
         seeds = list(range(args.n_seeds))
         for strategy in args.strategy:
+            extra = confirm_plan(spec, spec.sweep.sampler if strategy == "default"
+                                 else strategy).restarts
             sweeps = [emulate(truth, strategy, s, TRIALS + extra) for s in seeds]
             report(f"{strategy} (emulated, {args.study.name}, profile "
                    f"{truth.profile.name})", sweeps, truth, args.n_seeds <= 12, seeds)

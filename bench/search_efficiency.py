@@ -56,6 +56,7 @@ from emulation import (  # noqa: E402
     strategies_available,
 )
 
+from sweeper.run.confirm import confirm_plan  # noqa: E402
 from sweeper.search.space import SearchSpace  # noqa: E402
 from sweeper.study import StudySpec, load_study, parse_study  # noqa: E402
 
@@ -159,8 +160,10 @@ def bench_profile(profile: str, strategies: list[str], seeds: int, budget: int,
           f"the optimum: {near[0.01]}/{near[0.02]}")
     print(f"   true optimum {truth.optimum:.1f} tok/s: {truth.best.effective or 'baseline'}; "
           f"baseline {truth.true_tok_s(truth.baseline_cid):.1f}")
-    confirm = (f"confirm phase top {spec.sweep.confirm_top} + baseline inside the budget"
-               if spec.sweep.confirm_top else "no confirm phase")
+    full, check = confirm_plan(spec, "tpe"), confirm_plan(spec, "model")
+    confirm = (f"inside the budget, the confirm phase the CLI runs: top {full.top} + baseline "
+               f"({full.restarts} restarts), or with the model sampler the lossless check of "
+               f"its pick ({check.restarts})" if full.top else "no confirm phase")
     print(f"   {seeds} seeds, {budget} restarts per sweep ({confirm}); benchmark "
           f"{spec.benchmark.runs} runs x {spec.benchmark.max_tokens} tokens; noise cycle_sd "
           f"{truth.profile.noise.cycle_sd}, accept_sd {truth.profile.noise.accept_sd}")

@@ -88,7 +88,7 @@ def optimize(
     from sweeper.results.headline import Headline
     from sweeper.results.hosts import print_hosts
     from sweeper.results.status import print_summary
-    from sweeper.run.confirm import leaders, leaders_changed
+    from sweeper.run.confirm import confirm_plan, leaders, leaders_changed
     from sweeper.run.progress import ConsoleReporter
     from sweeper.run.sweep import SweepAborted, SweepOptions
     from sweeper.run.workers import HostPool
@@ -120,12 +120,9 @@ def optimize(
         print_summary(out, pool.summary, Headline.of(pool.study, spec.benchmark.objective))
         err.print(f"error: sweep stopped: {one_line(str(exc))}", markup=False, soft_wrap=True)
         raise typer.Exit(1) from None
-    top = 0 if no_confirm else (spec.sweep.confirm_top if confirm is None else confirm)
-    rounds, runs = 2, spec.sweep.confirm_runs
-    if top > 0 and confirm is None and (sampler or spec.sweep.sampler) == "model":
-        # racing re-measured the overlapping leaders during the sweep: what is left for
-        # the confirm phase is the lossless check of the winner (2 restarts, not 2(K+1))
-        top, rounds, runs = 1, 1, spec.benchmark.runs
+    plan = confirm_plan(spec, sampler, confirm, no_confirm)
+    top, rounds, runs = plan.top, plan.rounds, plan.runs
+    if plan.racing:
         out.print("Racing settled the leaders during the sweep: the confirm phase checks "
                   "the winner's temperature-0 outputs against the baseline's.")
     if top > 0 and summary.stopped_because != "interrupted":

@@ -28,6 +28,7 @@ from sweeper.results import attrs as A
 from sweeper.results.headline import mark_best
 from sweeper.run.sweep import Sweep
 from sweeper.run.trial import Measurement
+from sweeper.study import StudySpec
 
 
 @dataclass
@@ -75,6 +76,32 @@ def leaders_changed(study: optuna.Study, objective: str, top: int) -> bool:
     that did not change them needs no new confirm phase)."""
     last = study.user_attrs.get(A.CONFIRMED) or {}
     return sorted(last.get("leaders", [])) != sorted(leaders(study, objective, top))
+
+
+@dataclass(frozen=True)
+class ConfirmPlan:
+    top: int  # how many leaders (0: no confirm phase)
+    rounds: int  # interleaved visits, one restart each per configuration
+    runs: int  # runs per configuration, spread over the rounds
+    racing: bool = False  # racing settled the leaders: this is the lossless check only
+
+    @property
+    def restarts(self) -> int:
+        return self.rounds * (self.top + 1) if self.top else 0
+
+
+def confirm_plan(spec: StudySpec, sampler: str | None = None, top: int | None = None,
+                 skip: bool = False) -> ConfirmPlan:
+    """The confirm phase a sweep ends with (the CLI runs it; the bench charges it). With
+    the model sampler, racing re-measured the overlapping leaders during the sweep: what
+    is left is the lossless check of the winner against the baseline (2 restarts, not
+    2 (K + 1)). An explicit ``top`` (``--confirm K``) gets the full phase."""
+    if skip:
+        return ConfirmPlan(0, 0, 0)
+    if top is None and (sampler or spec.sweep.sampler) == "model" and spec.sweep.confirm_top:
+        return ConfirmPlan(1, 1, spec.benchmark.runs, racing=True)
+    k = spec.sweep.confirm_top if top is None else top
+    return ConfirmPlan(k, 2, spec.sweep.confirm_runs)
 
 
 def run_confirm(sweep: Sweep, top: int, runs: int, rounds: int = 2) -> ConfirmOutcome:
