@@ -117,3 +117,12 @@ class LocalHost(Host):
         yield f"http://{host}:{port}"
 
 
+def pid_alive(pid: int) -> bool:
+    """A process ``pid`` exists on this machine (another user's counts: EPERM)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -81,6 +81,20 @@ def storage_fault(exc: BaseException, storage_url: str) -> pending.StorageFault 
 
 
 @contextlib.contextmanager
+def storage_guard(summary: SweepSummary, storage_url: str) -> Iterator[None]:
+    """Around a sweep's loop: a failing storage ends it as one StorageFault (the CLI's one
+    line, exit 1) and ``summary`` says so; anything else passes unchanged."""
+    try:
+        yield
+    except Exception as exc:
+        fault = storage_fault(exc, storage_url)
+        if fault is None:
+            raise
+        summary.stopped_because = "storage"
+        raise fault from exc
+
+
+@contextlib.contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM takes the Ctrl-C path: the trial is recorded, the server stopped."""
     def handler(signum: int, frame: object) -> None:

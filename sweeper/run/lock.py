@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO
 
 from sweeper.errors import SweepLocked
+from sweeper.remote.local import pid_alive
 from sweeper.study.base import public_url, storage_key
 
 ENV_DIR = "SWEEPER_LOCK_DIR"
@@ -31,16 +32,6 @@ ENV_DIR = "SWEEPER_LOCK_DIR"
 
 def lock_dir() -> Path:
     return Path(os.environ.get(ENV_DIR) or Path.home() / ".sweeper" / "locks")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class StudyLock:
@@ -72,7 +63,7 @@ class StudyLock:
             fh.close()
         old = self._holder(fh, wait=0)
         if old.get("pid") and old.get("machine") == socket.gethostname() and \
-                not _pid_alive(int(str(old["pid"]))):
+                not pid_alive(int(str(old["pid"]))):
             self.previous = old  # a holder killed without releasing it: taken over
         fh.seek(0)
         fh.truncate()

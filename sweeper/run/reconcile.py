@@ -19,19 +19,10 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from sweeper.errors import InfrastructureError
 from sweeper.remote import Host
+from sweeper.remote.local import pid_alive  # noqa: F401 - re-exported
 from sweeper.remote.server import ServerHandle
 from sweeper.results import attrs as A
 from sweeper.run.record import Recorder
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def owned_pgids(study: optuna.Study) -> set[int]:

@@ -52,6 +52,7 @@ from sweeper.run.common import (  # noqa: F401 - re-exported: the sweep's public
     _sigterm_as_interrupt,
     open_host,
     storage_fault,
+    storage_guard,
 )
 from sweeper.run.killpoint import killpoint
 from sweeper.run.lock import claim
@@ -199,14 +200,8 @@ class Sweep:
         phase), then calls ``done()``; else the study is released at the end."""
         if not hasattr(self, "study"):
             self.open()
-        try:
+        with storage_guard(self.summary, self.storage_url):
             return self._run(going_on)
-        except Exception as exc:
-            fault = storage_fault(exc, self.storage_url)
-            if fault is None:
-                raise
-            self.summary.stopped_because = "storage"
-            raise fault from exc
 
     def _replay_pending(self) -> None:
         """Measurements an earlier run could not store (run/pending.py) go in first."""

@@ -53,7 +53,7 @@ from sweeper.run.sweep import (
     SweepOptions,
     SweepSummary,
     _sigterm_as_interrupt,
-    storage_fault,
+    storage_guard,
 )
 from sweeper.search.failures import FailureMemory
 from sweeper.study import StudySpec
@@ -264,14 +264,8 @@ class HostPool:
 
     # --- the loop -----------------------------------------------------------------------
     def run(self) -> SweepSummary:
-        try:
+        with storage_guard(self.summary, self.storage_url):
             return self._run()
-        except Exception as exc:
-            fault = storage_fault(exc, self.storage_url)
-            if fault is None:
-                raise
-            self.summary.stopped_because = "storage"
-            raise fault from exc
 
     def _run(self) -> SweepSummary:
         study = self.study

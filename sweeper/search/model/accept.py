@@ -28,6 +28,10 @@ ACCEPT_NOISE = 0.05  # accept-length units per observation
 
 
 def depth_candidates(steps: int, topk: int, draft: int) -> list[int]:
+    """Candidates per depth of the draft tree SGLang verifies: the budget (draft tokens
+    - 1) covers the top-1 chain first, then widens depth by depth up to topk. This is
+    EAGLE's rule, written here because the sweeper never imports the simulator (which
+    implements the same rule for its own physics)."""
     budget = max(draft - 1, 0)
     nodes = [0] * steps
     for d in range(steps):
