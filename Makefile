@@ -52,8 +52,12 @@ postgres:
 	    $$SUDO pg_ctlcluster --skip-systemctl-redirect $$v main reload; \
 	  for i in $$(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done; }
 
+# Most tests wait on real processes (server start-ups, benchmarks, kill -9 and resume), so
+# they run three at a time, a test file per worker, deadlines doubled (tests/timeouts.py);
+# the few that measure the simulator's wall-clock tok/s run alone afterwards.
 test: $(STAMP) sshd chromium postgres
-	$(BIN)/python -m pytest -q
+	SWEEPER_TEST_TIMEOUT_FACTOR=2 $(BIN)/python -m pytest -q -n 3 --dist loadfile -m "not timing" --durations=15
+	$(BIN)/python -m pytest -q -m timing
 
 # The SSH and sweep tests while a CPU burner keeps every core busy (tests/stress.py).
 test-stress: $(STAMP) sshd

@@ -51,7 +51,7 @@ def test_the_client_authenticates_and_nothing_written_holds_a_secret(swept, tmp_
     # measured: the server answers 401 to a client without the key
     assert len(done) == 2, [t.user_attrs.get("failure_msg") for t in study.get_trials()]
     # the server really logged both secrets: a scrubber that missed one would be caught
-    raw = "".join(p.read_text() for p in (tmp_path / "host").glob("*.log"))
+    raw = "".join(p.read_text() for p in (tmp_path / "host").rglob("*.log"))
     assert f"HF_TOKEN={TOKEN}" in raw and f"api_key='{KEY}'" in raw
     # ... and sweeper kept those logs, scrubbed
     logs = [p for p in files_under(tmp_path / "t.artifacts") if b"Decode batch" in p.read_bytes()]

@@ -22,6 +22,9 @@ from tests.sim_helpers import (
     wait_http_up,
 )
 
+# wall-clock tok/s of the simulator: run alone (`make test` runs them after the rest)
+pytestmark = pytest.mark.timing
+
 __all__ = ["spawn"]  # the fixture, re-exported for pytest
 
 DECODE_LINE = re.compile(

@@ -12,6 +12,9 @@ from sweeper.sim import expected_throughput
 from sweeper.sim.harness import stream_chat
 from tests.sim_helpers import FAST, spawn
 
+# wall-clock tok/s of the simulator: run alone (`make test` runs them after the rest)
+pytestmark = pytest.mark.timing
+
 __all__ = ["spawn"]
 
 BEST_DEMO = {
