@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
+from optuna.trial import FrozenTrial
 
 import sweeper.results.verdict as R
 from sweeper.errors import InputError
@@ -65,10 +66,16 @@ def _texts(result: BenchResult) -> dict[int, str]:
 
 
 def leaders(study: optuna.Study, objective: str, top: int) -> list[str]:
-    """The configurations a confirm phase of the top ``top`` would re-measure now."""
-    results = R.config_results(study.get_trials(deepcopy=False))
-    ranked = [r for r in R.ranked(results, objective) if not r.is_baseline]
-    return [r.config_id for r in ranked[:top]]
+    """The configurations a confirm phase of the top ``top`` would re-measure now: ranked
+    on the sweep's measurements alone, so that the confirm phase's own runs (which pool
+    into the verdict) do not make the leaders look changed right after it."""
+    return [r.config_id for r in _ranked_by_sweep(study.get_trials(deepcopy=False),
+                                                  objective)[:top]]
+
+
+def _ranked_by_sweep(trials: list[FrozenTrial], objective: str) -> list[R.ConfigResult]:
+    swept = R.config_results([t for t in trials if not t.user_attrs.get(A.CONFIRM)])
+    return [r for r in R.ranked(swept, objective) if not r.is_baseline]
 
 
 def leaders_changed(study: optuna.Study, objective: str, top: int) -> bool:
@@ -114,7 +121,7 @@ def run_confirm(sweep: Sweep, top: int, runs: int, rounds: int = 2) -> ConfirmOu
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     results = R.config_results(list(trials.values()))
     base_res = R.baseline_result(results)
-    ranked = [r for r in R.ranked(results, sweep.bench_spec.objective) if not r.is_baseline]
+    ranked = _ranked_by_sweep(list(trials.values()), sweep.bench_spec.objective)
     if not ranked:
         raise InputError(f"{sweep.spec.path}: nothing to confirm: no speculative configuration "
                          f"of study {sweep.spec.name!r} has been measured yet")
