@@ -121,8 +121,10 @@ def test_three_hosts_never_measure_one_configuration_at_once(tmp_path: Path) -> 
     assert len([t for t in measured if t.state.is_finished()
                 and t.state != TrialState.FAIL and not t.user_attrs.get(A.REPEAT_OF)]) == 3
     assert_no_overlap(measured)
-    assert {t.user_attrs[A.HOST] for t in measured} >= {h["ssh"] + f":{h['port']}"
-                                                        for h in data["hosts"][:2]}
+    # which hosts take the three trials depends on which is ready first (a busy machine
+    # may leave any of them behind); that they ran side by side is the point
+    ran_on = {t.user_attrs[A.HOST] for t in measured}
+    assert len(ran_on) >= 2 and ran_on <= {f"{h['ssh']}:{h['port']}" for h in data["hosts"]}
     assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
 
 
