@@ -49,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 from sweeper.launch import LaunchConfig  # noqa: E402
 from sweeper.results import attrs as A  # noqa: E402
 from sweeper.run.confirm import ConfirmPlan, confirm_plan  # noqa: E402
+from sweeper.run.longer import more_runs_from  # noqa: E402
 from sweeper.run.sweep import REPEAT_LIMIT  # noqa: E402
 from sweeper.search.failures import FailureMemory  # noqa: E402
 from sweeper.search.sampler import SAMPLERS, make_sampler  # noqa: E402
@@ -197,6 +198,7 @@ class Sweep:
     told: dict[str, list[float]] = field(default_factory=dict)
     restarts: int = 0
     confirm_restarts: int = 0
+    bench_runs: int = 0  # measured benchmark runs of the sweep (the longer ones' included)
     final: str | None = None  # the pick at the end (after the confirm phase, if any)
 
     def best(self) -> str | None:
@@ -246,7 +248,17 @@ def emulate(truth: GroundTruth, strategy: str, seed: int, budget: int,
             return None, {**attrs, A.FAILURE: failure}
         memory.add(number, cid, eff, None)
         runs, accept = truth.measure_accept(cid, rng)
+        # measured longer on the same start while close to the best (run/longer.py,
+        # measure/client.run_benchmark's loop): costs benchmark runs, not restarts
+        more = more_runs_from(out.runs, cid, spec.benchmark)
+        cap = spec.benchmark.max_runs or 0
+        while more is not None and len(runs) < cap:
+            extra = min(more(runs), cap - len(runs))
+            if extra <= 0:
+                break
+            runs.extend(truth.measure(cid, rng, extra))
         value = statistics.fmean(runs)
+        out.bench_runs += len(runs)
         out.runs.setdefault(cid, []).extend(runs)
         out.told.setdefault(cid, []).append(value)
         measured_in.setdefault(cid, []).append(number)

@@ -125,6 +125,7 @@ class SeedResult:
     found: bool  # a configuration truly within 1% was measured at all
     honesty: Honesty
     restarts: int
+    bench_runs: int  # benchmark runs in the sweep (measured longer ones' included)
 
 
 _TRUTH: GroundTruth | None = None  # set before the worker processes fork
@@ -137,7 +138,8 @@ def _one(task: tuple[str, int, int]) -> SeedResult:
     sweep = emulate(truth, strategy, seed, budget)
     gap = truth.gap(sweep.final) if sweep.final is not None else -1.0
     found = any(r.outcome == "measured" and truth.gap(r.cid) >= -0.01 for r in sweep.records)
-    return SeedResult(gap, found, honesty(sweep, truth), sweep.restarts + sweep.confirm_restarts)
+    return SeedResult(gap, found, honesty(sweep, truth), sweep.restarts + sweep.confirm_restarts,
+                      sweep.bench_runs)
 
 
 # --------------------------------------------------------------------------- report
@@ -169,7 +171,7 @@ def bench_profile(profile: str, strategies: list[str], seeds: int, budget: int,
           f"{truth.profile.noise.cycle_sd}, accept_sd {truth.profile.noise.accept_sd}")
     print(f"   {'strategy':<10} {'<=1%':>5} {'<=2%':>5} {'found1%':>7} {'median gap':>10} "
           f"{'worst':>7}  {'fail restarts>10':>16} {'fail proposals>10':>17}  "
-          f"{'skips':>5} {'would serve':>11} {'top1%':>5} {'time':>5}", flush=True)
+          f"{'skips':>5} {'would serve':>11} {'top1%':>5} {'runs':>6} {'time':>5}", flush=True)
     out: dict[str, list[SeedResult]] = {}
     ctx = multiprocessing.get_context("fork")
     for strategy in strategies:
@@ -192,6 +194,7 @@ def bench_profile(profile: str, strategies: list[str], seeds: int, budget: int,
               f"{_share(h.failing_restarts_after, h.restarts_after):>16} "
               f"{_share(h.failing_proposals_after, h.proposals_after):>17}  "
               f"{h.skips:>5} {_share(h.skips_serving, h.skips):>11} {h.skips_top1:>5} "
+              f"{statistics.fmean(r.bench_runs for r in results):>6.0f} "
               f"{time.monotonic() - ts:>4.0f}s"
               + (f"  ({n_seeds} seeds)" if n_seeds != seeds else ""), flush=True)
     return out
@@ -206,7 +209,8 @@ LEGEND = f"""
    landing on failing configurations, skipped ones counted; skips: proposals skipped as
    predicted failures; would serve: skipped although the ground truth says the
    configuration serves (target 0 of the top 1%, under 5% overall); top1%: of those, within
-   1% of the optimum."""
+   1% of the optimum; runs: benchmark runs per sweep (mean over seeds; a configuration
+   close to the best is measured longer on the same start, benchmark.max_runs)."""
 
 
 def main(argv: list[str] | None = None) -> None:

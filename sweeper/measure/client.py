@@ -257,6 +257,7 @@ def run_benchmark(
     check_server: Callable[[], None] | None = None,
     prompts: PromptSet | None = None,
     api_key: str | None = None,
+    more: Callable[[list[float]], int] | None = None,
 ) -> BenchResult:
     """Benchmark the server at ``base_url``: warm-up, measured runs, statistics.
 
@@ -268,6 +269,10 @@ def run_benchmark(
     ``api_key``: the server's ``--api-key``, sent as ``Authorization: Bearer`` on every
     request (SGLang answers 401 without it). It is a header only: never in a result, a
     message or a log line.
+
+    ``more``: asked after the ``runs`` measured runs, with the counted runs' tok/s, how many
+    further runs to make (0: stop); asked again after those, up to ``spec.max_runs`` in all
+    (only when ``spec.extends``).
     """
     prompt_set = prompts or load_prompts(spec.prompts)
     progress = on_progress or (lambda _msg: None)
@@ -303,6 +308,19 @@ def run_benchmark(
             unflushed += not runner.flush_cache()
             runs.append(runner.run_round(pool, i, warmup=False))
             progress(_fmt_run(runs[-1], f"run {i + 1}/{spec.runs}"))
+        cap = spec.max_runs if more is not None and spec.extends and spec.max_runs else 0
+        while len(runs) < cap:
+            extra = min(more([r.per_request_tok_s for r in runs if r.counted]) if more else 0,
+                        cap - len(runs))
+            if extra <= 0:
+                break
+            for _ in range(extra):
+                i = len(runs)
+                runner.check_server()
+                unflushed += not runner.flush_cache()
+                runs.append(runner.run_round(pool, i, warmup=False))
+                progress(_fmt_run(runs[-1], f"run {i + 1} (close to the best: measured "
+                                            f"longer, at most {cap})"))
         a_after = runner.server_accept_length()
 
     def tokens(rs: list[RunResult]) -> int:

@@ -102,11 +102,12 @@ def confirm_plan(spec: StudySpec, sampler: str | None = None, top: int | None = 
     """The confirm phase a sweep ends with (the CLI runs it; the bench charges it). With
     the model sampler, racing re-measured the overlapping leaders during the sweep: what
     is left is the lossless check of the winner against the baseline (2 restarts, not
-    2 (K + 1)). An explicit ``top`` (``--confirm K``) gets the full phase."""
+    2 (K + 1)), ``confirm_runs`` runs each in one visit: its fresh runs are the figures
+    the final line reports. An explicit ``top`` (``--confirm K``) gets the full phase."""
     if skip:
         return ConfirmPlan(0, 0, 0)
     if top is None and (sampler or spec.sweep.sampler) == "model" and spec.sweep.confirm_top:
-        return ConfirmPlan(1, 1, spec.benchmark.runs, racing=True)
+        return ConfirmPlan(1, 1, spec.sweep.confirm_runs, racing=True)
     k = spec.sweep.confirm_top if top is None else top
     return ConfirmPlan(k, 2, spec.sweep.confirm_runs)
 

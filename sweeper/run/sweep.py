@@ -56,6 +56,7 @@ from sweeper.run.common import (  # noqa: F401 - re-exported: the sweep's public
 )
 from sweeper.run.killpoint import killpoint
 from sweeper.run.lock import claim
+from sweeper.run.longer import more_runs
 from sweeper.run.norestart import REPEAT_LIMIT, resolve_without_restart  # noqa: F401
 from sweeper.run.progress import NullReporter, Reporter
 from sweeper.run.reconcile import Budget, owned_pgids, reconcile, requeue
@@ -316,7 +317,8 @@ class Sweep:
                 m = self.runner.measure(config, f"trial-{trial.number:04d}", self.bench_spec,
                                         label=prefix,
                                         on_start=lambda h: self.recorder.server_started(slot, h),
-                                        primary=self.spec.objective.primary)
+                                        primary=self.spec.objective.primary,
+                                        more=more_runs(self.study, cid, self.bench_spec))
             except ServerErrorResponse as err:
                 raise server_error(err, int(trial.user_attrs.get(A.ATTEMPT, 0)),
                                    self.spec.sweep.max_retries) from err
@@ -377,8 +379,10 @@ class Sweep:
         result = m.bench
         acc = f", accept len {result.accept_length:.2f}" if result.accept_length else ""
         best = f" | {headline.short()}" if headline.short() else ""
+        # measured longer than benchmark.runs (close to the best): say so, it took longer
+        longer = f" ({len(runs)} runs)" if len(runs) > self.bench_spec.runs else ""
         self._line(f"{label}[green]{R.fmt_tok_s(summarize(runs))} "
-                   f"{self.spec.objective.metric_names()[0]}[/]{acc}{best}")
+                   f"{self.spec.objective.metric_names()[0]}[/]{longer}{acc}{best}")
 
     def _server_log(self, slot: Slot, fail: ConfigurationFailure | None = None) -> str | None:
         handle = self.runner.current

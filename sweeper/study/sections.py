@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sweeper.errors import InputError
 from sweeper.remote.target import SSHTarget, parse_target
@@ -99,6 +99,11 @@ class BenchSpec(_Model):
     api: Literal["chat", "generate"] = "chat"
     max_tokens: int = Field(500, ge=1)
     runs: int = Field(5, ge=1)
+    # A configuration close to the best measured is measured longer on the same server
+    # start, up to this many runs (a batch of ``runs`` more while the pick between them is
+    # uncertain: search/model/racing.worth_more_runs). None: always ``runs``. One level
+    # and objective mean only (a min or median over more runs is another statistic).
+    max_runs: int | None = Field(None, ge=1)
     warmup: int = Field(1, ge=0)
     # one level, or several measured on the same server start (study/objective.py)
     concurrency: int | list[int] = 1
@@ -133,9 +138,23 @@ class BenchSpec(_Model):
                     problems.append(f"{name} must be >= {ctx['ge']}")
                 elif err["type"] == "literal_error":
                     problems.append(f"{name} must be one of {ctx.get('expected')}")
+                elif err["type"] == "value_error":  # a rule across fields
+                    problems.append(str(ctx.get("error", err["msg"])))
                 else:
                     problems.append(f"{name}: {err['msg'].lower()}")
             raise InputError("benchmark: " + "; ".join(problems)) from None
+
+    @model_validator(mode="after")
+    def _max_runs_covers_runs(self) -> BenchSpec:
+        if self.max_runs is not None and self.max_runs < self.runs:
+            raise ValueError(f"max_runs ({self.max_runs}) must be >= runs ({self.runs})")
+        return self
+
+    @property
+    def extends(self) -> bool:
+        """Whether a trial's benchmark may run past ``runs`` (see ``max_runs``)."""
+        return self.max_runs is not None and self.max_runs > self.runs and \
+            len(self.levels) == 1 and self.objective == "mean"
 
     @property
     def levels(self) -> tuple[int, ...]:
