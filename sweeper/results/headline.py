@@ -52,9 +52,10 @@ class Headline:
         """``How sure: 87% that it is within 1% of every other configuration measured``"""
         if self.sure is None or self.best is None:
             return None
-        among = "in the confirm phase" if self.confirmed else "measured"
+        # every configuration measured, sweep and confirm runs pooled (verdict._sure),
+        # whether or not a confirm phase ran
         return (f"How sure: {self.sure:.0%} that it is within {R.SURE_TOL:.0%} of every "
-                f"other configuration {among} (pooled runs, normal approximation)")
+                f"other configuration measured (pooled runs, normal approximation)")
 
     @property
     def unit(self) -> str:

@@ -55,7 +55,8 @@ def print_summary(console: Console, s: SweepSummary, headline: Headline) -> None
     console.print(f"\nSweep of {s.study!r} ended ({s.stopped_because}): {s.finished} trials "
                   f"restarted the server ({s.complete} measured, failed by configuration: "
                   f"{pruned}), {s.failed} infrastructure failures ({s.retried} queued again); "
-                  f"{s.skipped} proposals skipped without a restart as known failures"
+                  f"{s.skipped} proposal{'' if s.skipped == 1 else 's'} skipped without a "
+                  "restart as known failures"
                   + (f", {s.reconciled} recovered from an earlier run" if s.reconciled else ""))
     for line in headline.lines():
         console.print(line)
