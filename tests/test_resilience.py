@@ -32,11 +32,18 @@ def mid_benchmark(db: Path, proc: subprocess.Popen[str]):  # noqa: ANN201
     return streaming_trial(db)
 
 
+def _ctrl_c_as_at_a_terminal() -> None:
+    # A suite started in the background without job control (`make test &` in a script,
+    # nohup) inherits SIGINT ignored, and Python keeps an ignored SIGINT ignored: the
+    # sweeper would never see the Ctrl-C this test sends. At a terminal it is the default.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_sweep(study_file: Path, trials: int) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "sweeper", "optimize", "--study",
                              str(study_file), "--trials", str(trials)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_ctrl_c_as_at_a_terminal)
 
 
 def test_kill_9_mid_trial_then_resume_loses_nothing(make_study, tmp_path: Path) -> None:
@@ -81,11 +88,11 @@ def test_interrupt_stops_server_and_requeues(make_study, tmp_path: Path, sig: in
     try:
         victim = wait_for(lambda: mid_benchmark(db, proc), 60, "a trial mid-way")
         os.kill(proc.pid, sig)
-        _, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130
+    assert proc.returncode == 130, f"trial {victim.number} was mid-benchmark\n{out}\n{err}"
     assert "Resume with the same command: sweeper optimize" in err
     study = load(db)
     t = next(t for t in study.get_trials() if t.number == victim.number)
