@@ -12,6 +12,7 @@ import os
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 import optuna
@@ -23,6 +24,11 @@ from sweeper.remote.local import pid_alive  # noqa: F401 - re-exported
 from sweeper.remote.server import ServerHandle
 from sweeper.results import attrs as A
 from sweeper.run.record import Recorder
+
+# A sweeper writes its owner (machine, pid) on a trial right after asking for it; a trial
+# RUNNING without one for longer than this was left by a sweeper killed in between.
+# Younger, it is being started by another sweeper sharing the storage: leave it alone.
+UNOWNED_GRACE = timedelta(minutes=5)
 
 
 def owned_pgids(study: optuna.Study) -> set[int]:
@@ -76,6 +82,9 @@ def reconcile(study: optuna.Study, recorder: Recorder, host: Host | Sequence[Hos
     n = 0
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         owner = t.user_attrs.get(A.OWNER) or {}
+        if not owner and t.datetime_start is not None and \
+                datetime.now() - t.datetime_start < UNOWNED_GRACE:
+            continue  # just asked by another sweeper, its owner not written yet
         if owner.get("machine") == me and pid_alive(int(owner.get("pid", -1))):
             continue  # another live sweeper on this machine owns it
         if owner and owner.get("machine") != me:

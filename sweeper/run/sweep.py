@@ -243,7 +243,7 @@ class Sweep:
                         self.summary.stopped_because = "timeout"
                         break
                     outcome = self._one_trial()
-                    if outcome == "repeat":
+                    if outcome in ("repeat", "lost"):
                         continue
                     if outcome == "skipped":
                         if self.summary.skipped > SKIP_LIMIT_FACTOR * self._todo + 100:
@@ -301,8 +301,15 @@ class Sweep:
             effective = self.space.suggest(trial)
             config = self.space.launch_config(effective)
         cid = config.config_id()
-        self.recorder.begin(slot, role=role, config=config, effective=effective,
-                            command=config.command_line(self.python))
+        try:
+            self.recorder.begin(slot, role=role, config=config, effective=effective,
+                                command=config.command_line(self.python))
+        except optuna.exceptions.UpdateFinishedTrialError:
+            # another sweeper sharing the storage took it for an orphan before this one
+            # wrote its owner (run/reconcile.UNOWNED_GRACE makes that rare): nothing ran
+            self._line(f"{prefix}was closed by another sweeper before it started; "
+                       "asking for another")
+            return "lost"
         deliberate = getattr(self.study.sampler, "deliberate", None)
         note = deliberate(trial.number) if deliberate and role == A.SAMPLER else None
         if note:  # a racing replicate (search/model/): a repeat on purpose, marked so

@@ -358,7 +358,7 @@ class HostPool:
                 self._stop.wait(min(BACKOFF_SECONDS * infra, 5.0))
                 continue
             infra = 0
-            if outcome == "repeat":  # told without a restart: nothing spent, nothing counted
+            if outcome in ("repeat", "lost"):  # no restart: nothing spent, nothing counted
                 continue
             w._repeats_in_a_row = 0  # a restart (or a skip): repeats count afresh
             if outcome == "skipped":
