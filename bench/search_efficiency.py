@@ -49,7 +49,6 @@ from emulation import (  # noqa: E402
     SKIP_FIRST,
     GroundTruth,
     Honesty,
-    confirm_phase,
     emulate,
     gp_missing,
     honesty,
@@ -105,17 +104,6 @@ def enumerate_space(space: SearchSpace) -> Iterator[dict[str, Any]]:
     """Every effective configuration of ``space`` (SearchSpace.configurations)."""
     for _, eff in space.configurations():
         yield eff
-
-
-def confirm_pick(records: list[Any], truth: GroundTruth, seed: int) -> tuple[str | None, int]:
-    """run/confirm.py's phase over records with ``cid`` and ``value`` (one value per
-    record, pooled by configuration): emulation.confirm_phase for older callers
-    (bench/model_eval.py)."""
-    pool: dict[str, list[float]] = {}
-    for r in records:
-        if r.value is not None:
-            pool.setdefault(r.cid, []).append(r.value)
-    return confirm_phase(pool, truth, seed)
 
 
 # --------------------------------------------------------------------------- one seed
