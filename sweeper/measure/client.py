@@ -296,30 +296,31 @@ def run_benchmark(
         a_start = runner.server_accept_length()
         warm: list[RunResult] = []
         unflushed = 0
-        for w in range(spec.warmup):
+
+        def one_round(index: int, warmup: bool) -> RunResult:
+            """A round from an empty cache (benchmark.flush_cache), the server checked."""
+            nonlocal unflushed
             runner.check_server()
             unflushed += not runner.flush_cache()
-            warm.append(runner.run_round(pool, w, warmup=True))
+            return runner.run_round(pool, index, warmup=warmup)
+
+        for w in range(spec.warmup):
+            warm.append(one_round(w, warmup=True))
             progress(_fmt_run(warm[-1], f"warm-up {w + 1}/{spec.warmup}"))
         a_before = runner.server_accept_length() if spec.warmup else a_start
         runs: list[RunResult] = []
         for i in range(spec.runs):
-            runner.check_server()
-            unflushed += not runner.flush_cache()
-            runs.append(runner.run_round(pool, i, warmup=False))
+            runs.append(one_round(i, warmup=False))
             progress(_fmt_run(runs[-1], f"run {i + 1}/{spec.runs}"))
-        cap = spec.max_runs if more is not None and spec.extends and spec.max_runs else 0
-        while len(runs) < cap:
-            extra = min(more([r.per_request_tok_s for r in runs if r.counted]) if more else 0,
-                        cap - len(runs))
+        cap = spec.max_runs or 0
+        ask = more if spec.extends else None
+        while ask is not None and len(runs) < cap:
+            extra = min(ask([r.per_request_tok_s for r in runs if r.counted]), cap - len(runs))
             if extra <= 0:
                 break
             for _ in range(extra):
-                i = len(runs)
-                runner.check_server()
-                unflushed += not runner.flush_cache()
-                runs.append(runner.run_round(pool, i, warmup=False))
-                progress(_fmt_run(runs[-1], f"run {i + 1} (close to the best: measured "
+                runs.append(one_round(len(runs), warmup=False))
+                progress(_fmt_run(runs[-1], f"run {len(runs)} (close to the best: measured "
                                             f"longer, at most {cap})"))
         a_after = runner.server_accept_length()
 

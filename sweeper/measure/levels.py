@@ -29,8 +29,6 @@ def run_levels(base_url: str, spec: BenchSpec, *,
     progress = on_progress or (lambda _msg: None)
     out: dict[int, BenchResult] = {}
     levels = spec.levels
-    if len(levels) > 1:
-        kwargs.pop("more", None)  # measured longer: one level only (BenchSpec.extends)
     for level in levels:
         tag = f"concurrency {level}: " if len(levels) > 1 else ""
         out[level] = run_benchmark(base_url, spec.at_level(level),

@@ -22,13 +22,15 @@ from sweeper.study import BenchSpec
 def more_runs(study: optuna.Study, config_id: str, bench: BenchSpec
               ) -> Callable[[list[float]], int] | None:
     """For measure/client.run_benchmark's ``more``: None when the study does not measure
-    longer (BenchSpec.extends); else a function of this start's runs so far."""
+    longer (BenchSpec.extends: one level, objective mean); else a function of this
+    start's runs so far. The one place that decides it: the client asks whatever it is
+    given (a level of a multi-level study looks like a one-level benchmark to it)."""
     if not bench.extends:
         return None
     history = read_history(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
-    pooled: dict[str, list[float]] = {}
-    for o in [*history.observations, *([history.baseline] if history.baseline else [])]:
-        pooled.setdefault(o.config_id, []).extend(o.runs)
+    pooled = {o.config_id: o.runs for o in history.observations}  # one per configuration
+    if history.baseline is not None:
+        pooled[history.baseline.config_id] = history.baseline.runs
     return more_runs_from(pooled, config_id, bench)
 
 

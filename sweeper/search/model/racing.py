@@ -121,9 +121,9 @@ def worth_more_runs(mine: Sequence[float], others: Sequence[Arm], floor_cv: floa
         return False
     me = Arm("", tuple(mine))
     lead = max(others, key=lambda a: a.mean)
-    s_lead2 = lead.se2(floor_cv)
+    s_lead2, s_me2 = lead.se2(floor_cv), me.se2(floor_cv)
     d = -abs(math.log(me.mean) - math.log(lead.mean)) - INDIFFERENCE
-    cv2 = me.se2(floor_cv) * len(mine)  # the per-run relative variance it believes
-    now = _expected_excess(d, math.sqrt(me.se2(floor_cv) + s_lead2))
+    cv2 = s_me2 * len(mine)  # the per-run relative variance it believes
+    now = _expected_excess(d, math.sqrt(s_me2 + s_lead2))
     after = _expected_excess(d, math.sqrt(cv2 / (len(mine) + batch) + s_lead2))
     return now - after > EXTEND_VALUE
