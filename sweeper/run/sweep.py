@@ -54,6 +54,7 @@ from sweeper.run.common import (  # noqa: F401 - re-exported: the sweep's public
     storage_fault,
     storage_guard,
 )
+from sweeper.run.failed import configuration_failed, infrastructure_failed
 from sweeper.run.killpoint import killpoint
 from sweeper.run.lock import claim
 from sweeper.run.longer import more_runs
@@ -330,39 +331,9 @@ class Sweep:
                 raise server_error(err, int(trial.user_attrs.get(A.ATTEMPT, 0)),
                                    self.spec.sweep.max_retries) from err
         except ConfigurationFailure as fail:
-            log = self._server_log(slot, fail)
-            self.runner.stop()
-            self.memory.add(trial.number, cid, effective, fail.kind)
-            self.recorder.prune(slot, fail.kind, str(fail), log_tail=fail.log_tail, log=log)
-            self.summary.finished += 1
-            self.summary.pruned[fail.kind] += 1
-            self._last_failure = f"trial {trial.number}: {fail}"
-            self._line(f"{label}[red]{fail.kind}[/]: {fail}")
-            if role == A.BASELINE and fail.kind == "invalid_args":
-                # the baseline is the study's fixed settings alone: a server that rejects
-                # them rejects every configuration, so stop now rather than after N restarts
-                raise SweepAborted(
-                    f"the server rejects the study's fixed settings (the baseline, trial "
-                    f"{trial.number}): {self._secrets.scrub(str(fail))}; fix server.launcher "
-                    "or server.args") from fail
-            return "pruned"
+            return configuration_failed(self, trial, slot, role, cid, effective, label, fail)
         except InfrastructureError as err:
-            self.runner.stop(best_effort=True)
-            with contextlib.suppress(Exception):  # the host may be what failed
-                self.recorder.fail(slot, err.kind, str(err), log=self._server_log(slot))
-            self.study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
-            self.summary.failed += 1
-            self._last_failure = f"trial {trial.number}: {err}"
-            attempt = requeue(self.study, trial, count_attempt=True)
-            self.summary.retried += 1
-            self._line(f"{label}[magenta]failed[/] ({err.kind}): {err} — "
-                       f"retry {attempt}/{self.spec.sweep.max_retries}")
-            if attempt > self.spec.sweep.max_retries:
-                raise SweepAborted(
-                    f"trial {trial.number}: {err} — the same configuration failed "
-                    f"{attempt} times for reasons outside it; fix the host or network, then "
-                    "run the same command to resume (the configuration stays queued)") from err
-            return "failed"
+            return infrastructure_failed(self, trial, slot, label, err)
         except KeyboardInterrupt:
             self.recorder.fail(slot, "interrupted", "interrupted by the user (Ctrl-C / SIGTERM)")
             requeue(self.study, trial, count_attempt=False)
