@@ -186,3 +186,23 @@ def test_how_sure() -> None:
     # more alternatives that could be better: less sure
     assert p_within([100.0, 104.0, 96.0], [[99.0, 103.0, 95.0]] * 3) < \
         p_within([100.0, 104.0, 96.0], [[99.0, 103.0, 95.0]])
+
+
+def test_a_cost_measured_with_one_knob_value_only_is_uncertain_with_another() -> None:
+    """Trees at draft TP 4 measured once, with NCCL_ALGO=Ring, which was never measured at
+    draft TP 4 otherwise: the tree's cost and Ring's factor there are confounded. That
+    configuration itself is pinned; the same tree with another algorithm is not (its
+    cost is only as known as Ring's factor at TP 4), so the model must say so (a
+    separate covariance per part called it as sure as the measured one)."""
+    cands = space()
+    enc = Encoder(cands, {})
+    chains = [e for e in cands if e[TOPK] == 1 and (e[TP] == 1 or e["env.NCCL_ALGO"] == "unset")]
+    tree_ring = {STEPS: 3, TOPK: 2, DRAFT: 7, TP: 4, "env.NCCL_ALGO": "Ring"}
+    tree_unset = {**tree_ring, "env.NCCL_ALGO": "unset"}
+    trees_tp1 = [{STEPS: 3, TOPK: 2, DRAFT: 7, TP: 1, "env.NCCL_ALGO": a}
+                 for a in ("unset", "Tree")]
+    model = Predictor(enc, read_history(measured(chains + trees_tp1 + [tree_ring],
+                                                 noise=0.02)))
+    _, sd = model.predict(Batch(enc, [tree_ring, tree_unset]))
+    assert sd[0] < 0.02  # measured: its own runs pin it
+    assert sd[1] > 2 * sd[0] and sd[1] > 0.03  # the split is the factor's prior width

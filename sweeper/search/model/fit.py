@@ -42,15 +42,17 @@ class Physics:
     accept: AcceptModel
     cycle_w: np.ndarray  # NNLS coefficients over Encoder.cycle_features
     factor_g: np.ndarray  # log factors over Encoder.factor_features
-    factor_cov: np.ndarray  # their posterior covariance (Bayesian ridge)
-    cycle_cov: np.ndarray  # the cycle coefficients' covariance (Laplace, see cycle_var)
+    cov: np.ndarray  # joint covariance of (cycle_w, factor_g): Laplace, see variance
 
-    def cycle_var(self, X: np.ndarray) -> np.ndarray:
-        """Variance of log cycle at rows X: J^T cov J with J = x / (w . x). A cost term
-        the data never pinned (a draft TP measured once, a tree at a draft TP never
-        tried) keeps its prior's width, so exploring it is worth something."""
-        J = X / np.maximum(X @ self.cycle_w, 1e-12)[:, None]
-        return ((J @ self.cycle_cov) * J).sum(1)
+    def variance(self, X: np.ndarray, Z: np.ndarray) -> np.ndarray:
+        """Variance of log cycle + factors at rows (X, Z): J^T cov J with
+        J = (x / (w . x), z). Joint, because a cost term and a knob's factor measured
+        together once are confounded: each alone looks pinned, their split is not (one
+        tree measured with a slow NCCL protocol says little about a tree with a fast one).
+        A term the data never pinned keeps its prior's width, so exploring it is worth
+        something."""
+        J = np.hstack([X / np.maximum(X @ self.cycle_w, 1e-12)[:, None], Z])
+        return np.maximum(((J @ self.cov) * J).sum(1), 0.0)
 
 
 def _nnls_ridge(X: np.ndarray, y: np.ndarray, lam: float) -> np.ndarray:
@@ -86,20 +88,22 @@ def fit_physics(enc: Encoder, shapes: Sequence[Shape], effs: Sequence[Mapping[st
     X = np.array([enc.cycle_features(s) for s in shapes])
     Z = np.array([enc.factor_features(e) for e in effs]).reshape(len(effs), enc.factor_size())
     g = np.zeros(Z.shape[1])
-    cov = np.zeros((Z.shape[1], Z.shape[1]))
     w = np.zeros(X.shape[1])
     for _ in range(ALTERNATIONS):
         target = cycle * np.exp(-Z @ g)
         wt = 1.0 / target  # relative errors: a slow configuration weighs no more
         w = _nnls_ridge(X * wt[:, None], target * wt, CYCLE_RIDGE)
         base = np.maximum(X @ w, 1e-12)
-        g, cov = _bayes_ridge(Z, np.log(cycle / base), noise, FACTOR_SD)
-    # Laplace approximation around the fit: log cycle_j ~ log(w . x_j), each coefficient
-    # a priori anywhere up to about the whole cycle (features are scaled to [0, 1])
-    J = X / np.maximum(X @ w, 1e-12)[:, None]
+        g, _ = _bayes_ridge(Z, np.log(cycle / base), noise, FACTOR_SD)
+    # Laplace approximation around the fit, cycle coefficients and factors together:
+    # log cycle_j ~ log(w . x_j) + z_j . g, each cycle coefficient a priori anywhere up to
+    # about the whole cycle (features are scaled to [0, 1]), each factor FACTOR_SD
+    J = np.hstack([X / np.maximum(X @ w, 1e-12)[:, None], Z])
     prior_sd = CYCLE_PRIOR * float(np.median(cycle))
-    P = (J / noise[:, None]).T @ J + np.eye(X.shape[1]) / prior_sd**2
-    return Physics(accept, w, g, cov, np.linalg.inv(P))
+    prior = np.concatenate([np.full(X.shape[1], prior_sd**-2.0),
+                            np.full(Z.shape[1], FACTOR_SD**-2.0)])
+    P = (J / noise[:, None]).T @ J + np.diag(prior)
+    return Physics(accept, w, g, np.linalg.inv(P))
 
 
 class Predictor:
@@ -143,7 +147,6 @@ class Predictor:
         unseen = np.array([lv not in self.seen for lv in batch.universe], dtype=float)
         novel = batch.L.astype(float) @ unseen if len(unseen) else np.zeros(len(batch))
         assert self.physics is not None
-        var_f = ((batch.Z @ self.physics.factor_cov) * batch.Z).sum(1)
-        var_c = self.physics.cycle_var(batch.X)[batch.shape_ix]
-        var = var_r + var_f + var_c + novel * NOVEL_SD**2
+        var_p = self.physics.variance(batch.X[batch.shape_ix], batch.Z)
+        var = var_r + var_p + novel * NOVEL_SD**2
         return self.prior_mean(batch) + mu_r, np.sqrt(var)

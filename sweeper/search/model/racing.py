@@ -104,10 +104,11 @@ def study_spread(arms: Sequence[Arm]) -> float:
 # A longer benchmark of the server already up costs seconds; a restart costs minutes. So a
 # configuration that could change the pick is measured longer on the same start, a batch
 # of runs at a time, while one more batch is expected to remove at least this much of the
-# decision's expected loss (log tok/s; 0.00005 ~ 0.005% of tok/s per batch). The runs it
-# costs are counted by bench/search_efficiency.py (column "runs"); benchmark.max_runs caps
-# them per start.
-EXTEND_VALUE = 0.00005
+# decision's expected loss (log tok/s; 0.00001 ~ 0.001% of tok/s per batch: through ~14%
+# run-to-run spread, separating configurations 1% apart takes a few hundred runs each).
+# The runs it costs are counted by bench/search_efficiency.py (column "runs");
+# benchmark.max_runs caps them per start.
+EXTEND_VALUE = 0.00001
 
 
 def worth_more_runs(mine: Sequence[float], others: Sequence[Arm], floor_cv: float,
