@@ -82,7 +82,7 @@ def test_demo_study_shape() -> None:
     assert spec.server.startup_timeout == 60.0 and spec.server.hang_timeout == 8.0
     assert spec.server.args["tp-size"] == 4
     assert spec.space["speculative-draft-tp-size"].choices == (1, 4)
-    assert spec.benchmark.max_tokens == 200 and spec.benchmark.runs == 3
+    assert spec.benchmark.max_tokens == 200 and spec.benchmark.runs == 10
 
 
 def test_kimi_study_placeholder_accepted_and_explained() -> None:
@@ -93,7 +93,7 @@ def test_kimi_study_placeholder_accepted_and_explained() -> None:
     assert spec.server.port == 8000 and spec.server.args["tp-size"] == 8
     assert spec.server.args["trust-remote-code"] is True
     assert spec.benchmark.api == "chat" and spec.benchmark.max_tokens == 500
-    assert (spec.benchmark.warmup, spec.benchmark.runs) == (1, 5)
+    assert (spec.benchmark.warmup, spec.benchmark.runs) == (1, 10)
     assert spec.baseline is True
     assert spec.space["env.NCCL_MIN_NCHANNELS"].choices == ("unset", 4, 8, 16)
     expected = ("studies/eagle3-kimi.yaml: hosts[0].ssh is a placeholder: set it to your "
