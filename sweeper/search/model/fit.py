@@ -51,8 +51,14 @@ class Physics:
         tree measured with a slow NCCL protocol says little about a tree with a fast one).
         A term the data never pinned keeps its prior's width, so exploring it is worth
         something."""
-        J = np.hstack([X / np.maximum(X @ self.cycle_w, 1e-12)[:, None], Z])
+        J = _jacobian(X, Z, self.cycle_w)
         return np.maximum(((J @ self.cov) * J).sum(1), 0.0)
+
+
+def _jacobian(X: np.ndarray, Z: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """d(log cycle + factors) / d(w, g) at rows (X, Z): the fit's Laplace approximation
+    and every prediction's variance use the same one."""
+    return np.hstack([X / np.maximum(X @ w, 1e-12)[:, None], Z])
 
 
 def _nnls_ridge(X: np.ndarray, y: np.ndarray, lam: float) -> np.ndarray:
@@ -65,14 +71,14 @@ def _nnls_ridge(X: np.ndarray, y: np.ndarray, lam: float) -> np.ndarray:
 
 
 def _bayes_ridge(Z: np.ndarray, r: np.ndarray, noise: np.ndarray,
-                 prior_sd: float) -> tuple[np.ndarray, np.ndarray]:
-    """Posterior mean and covariance of g in r = Z g + e, e ~ N(0, noise), g ~ N(0, sd^2)."""
+                 prior_sd: float) -> np.ndarray:
+    """Posterior mean of g in r = Z g + e, e ~ N(0, noise), g ~ N(0, sd^2). Its
+    covariance is not needed here: fit_physics takes the joint one once, after the fit."""
     k = Z.shape[1]
     if k == 0:
-        return np.zeros(0), np.zeros((0, 0))
+        return np.zeros(0)
     P = (Z / noise[:, None]).T @ Z + np.eye(k) / prior_sd**2
-    cov = np.linalg.inv(P)
-    return cov @ (Z.T @ (r / noise)), cov
+    return np.linalg.solve(P, Z.T @ (r / noise))
 
 
 def fit_physics(enc: Encoder, shapes: Sequence[Shape], effs: Sequence[Mapping[str, Any]],
@@ -94,11 +100,11 @@ def fit_physics(enc: Encoder, shapes: Sequence[Shape], effs: Sequence[Mapping[st
         wt = 1.0 / target  # relative errors: a slow configuration weighs no more
         w = _nnls_ridge(X * wt[:, None], target * wt, CYCLE_RIDGE)
         base = np.maximum(X @ w, 1e-12)
-        g, _ = _bayes_ridge(Z, np.log(cycle / base), noise, FACTOR_SD)
+        g = _bayes_ridge(Z, np.log(cycle / base), noise, FACTOR_SD)
     # Laplace approximation around the fit, cycle coefficients and factors together:
     # log cycle_j ~ log(w . x_j) + z_j . g, each cycle coefficient a priori anywhere up to
     # about the whole cycle (features are scaled to [0, 1]), each factor FACTOR_SD
-    J = np.hstack([X / np.maximum(X @ w, 1e-12)[:, None], Z])
+    J = _jacobian(X, Z, w)
     prior_sd = CYCLE_PRIOR * float(np.median(cycle))
     prior = np.concatenate([np.full(X.shape[1], prior_sd**-2.0),
                             np.full(Z.shape[1], FACTOR_SD**-2.0)])
