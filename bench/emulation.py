@@ -1,28 +1,26 @@
-"""An in-process sweep on the simulator's ground truth, shared by bench/search_efficiency.py
-and bench/failure_rate.py.
+"""The product's trial loop on the simulator's ground truth, in process: an emulated
+measurer for bench/search_efficiency.py, bench/failure_rate.py and the tests.
 
 ALL FIGURES COME FROM THE SIMULATED SGLang SERVER's performance model (sweeper.sim, a test
 double): ground truth from ``sweeper.sim.expected_throughput``, measurement noise drawn the
 way sweeper/sim/engine.py draws it. They say how well the search works on the simulator's
 landscapes, never how fast any real GPU is. bench/ may import sweeper.sim; the sweeper may not.
 
-The loop is sweeper/run/sweep.py's, with the real SearchSpace, the real samplers
-(``make_sampler``), the real FailureMemory and the same handling for EVERY strategy:
+There is no loop here: ``emulate`` runs sweeper/run/workers.py's ``HostPool`` (what
+``sweeper optimize`` runs) over an in-memory study, and the confirm phase of
+sweeper/run/confirm.py after it, measuring through ``EmulatedMeasurer`` instead of a
+server. So the baseline and start_from entries come first, known failures are skipped and
+accidental repeats answered without a restart, replicates and longer measurements happen,
+exactly as the CLI does them. The measurer:
 
-* trial 0 is the baseline (enqueued ``{}``), then the study's start_from entries, then the
-  strategy's proposals, as ``Sweep._enqueue_initial`` does;
-* a proposal the failure memory predicts to fail is skipped without a restart and told
-  PRUNED + infeasible; an accidental repeat of a measured configuration (not a deliberate
-  replicate, ``is_deliberate_replicate``) is told the mean of its earlier values without a
-  restart, at most ``REPEAT_LIMIT`` times in a row;
-* otherwise one restart (one trial of ``--trials``): a configuration that truly fails is
-  told PRUNED + infeasible; one that serves is benchmarked (``benchmark.runs`` runs, the
-  simulator's noise: a log-normal time factor, sd ``noise.cycle_sd``, on prefill + every
-  verify cycle, a log-normal factor, sd ``noise.accept_sd``, on the per-depth acceptance),
-  the mean told;
-* the pick = the best pooled mean; when the study sets ``sweep.confirm_top`` the confirm
-  phase (run/confirm.py) is emulated after the sweep and its restarts come out of the same
-  budget.
+* a configuration that truly fails raises the ConfigurationFailure its server would (the
+  ground truth's class: oom, nccl, hang, invalid_args);
+* one that serves returns ``benchmark.runs`` runs (more when the loop's ``more`` asks):
+  the simulator's noise, a log-normal time factor (sd ``noise.cycle_sd``) on prefill +
+  every verify cycle and a log-normal factor (sd ``noise.accept_sd``) on the per-depth
+  acceptance; noise off (``noise=False``) gives the expectation itself;
+* a simulated clock advances by the start-up seconds on every restart and by each run's
+  seconds (its tokens at its tok/s).
 
 Every record carries the ground truth, so skips are checked (``would_serve``) rather than
 counted as known failures.
@@ -33,30 +31,35 @@ from __future__ import annotations
 import math
 import random
 import statistics
-import sys
+import tempfile
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from sweeper.launch import LaunchConfig  # noqa: E402
-from sweeper.results import attrs as A  # noqa: E402
-from sweeper.run.confirm import ConfirmPlan, confirm_plan  # noqa: E402
-from sweeper.run.longer import more_runs_from  # noqa: E402
-from sweeper.run.sweep import REPEAT_LIMIT  # noqa: E402
-from sweeper.search.failures import FailureMemory  # noqa: E402
-from sweeper.search.sampler import SAMPLERS, make_sampler  # noqa: E402
-from sweeper.search.space import SearchSpace  # noqa: E402
-from sweeper.sim import Expectation, expected_throughput, load_profile  # noqa: E402
-from sweeper.sim import model as M  # noqa: E402
-from sweeper.study import StudySpec  # noqa: E402
+from sweeper.errors import ConfigurationFailure, SweepAborted
+from sweeper.launch import LaunchConfig
+from sweeper.measure.logs import DecodeSummary
+from sweeper.measure.runs import BenchResult, RequestResult, make_run
+from sweeper.measure.stats import summarize
+from sweeper.remote import LocalHost
+from sweeper.remote.server import ServerHandle
+from sweeper.results import attrs as A
+from sweeper.results.kind import TrialKind, kind_of
+from sweeper.run.common import SweepOptions
+from sweeper.run.confirm import after_sweep, run_confirm
+from sweeper.run.decide import Decision, Proposal
+from sweeper.run.session import HostSession, create_study
+from sweeper.run.trial import Measurement
+from sweeper.run.workers import HostPool
+from sweeper.search.sampler import SAMPLERS, make_sampler
+from sweeper.search.space import SearchSpace
+from sweeper.sim import Expectation, expected_throughput, load_profile
+from sweeper.sim import model as M
+from sweeper.study import BenchSpec, StudySpec
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -79,13 +82,42 @@ def gp_missing() -> str | None:
     return None
 
 
-def sampler_for(strategy: str, spec: StudySpec, seed: int) -> optuna.samplers.BaseSampler:
+class OrderSampler(optuna.samplers.BaseSampler):
+    """A hand or grid sweep: every configuration of the space in a given order (the
+    loop's queue, baseline and start_from, comes first as for any sampler)."""
+
+    def __init__(self, order: list[dict[str, Any]]) -> None:
+        self.order = order
+        self.given: dict[int, dict[str, Any]] = {}
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: Any) -> dict[str, Any]:
+        return {}
+
+    def sample_relative(self, study: optuna.Study, trial: Any, search_space: Any
+                        ) -> dict[str, Any]:
+        return {}
+
+    def sample_independent(self, study: optuna.Study, trial: Any, name: str,
+                           dist: optuna.distributions.BaseDistribution) -> Any:
+        if trial.number not in self.given:
+            self.given[trial.number] = self.order[len(self.given) % len(self.order)]
+        return self.given[trial.number][name]
+
+
+def sampler_for(strategy: str, truth: GroundTruth, seed: int) -> optuna.samplers.BaseSampler:
+    spec = truth.spec
     if strategy == GP:
         import torch
 
         torch.set_num_threads(1)  # one sweep per worker process; --jobs sets the cores
         return optuna.samplers.GPSampler(seed=seed, n_startup_trials=spec.sweep.n_startup_trials,
                                          warn_independent_sampling=False)
+    if strategy == GRID:
+        # every configuration in a random order (the queue's first points are measured
+        # first anyway; proposed again, they are accidental repeats)
+        order = [params for params, _ in truth.space.configurations()]
+        random.Random(f"grid/{seed}").shuffle(order)
+        return OrderSampler(order)
     name = spec.sweep.sampler if strategy == DEFAULT else strategy
     return make_sampler(name, seed, spec.sweep.n_startup_trials, space=SearchSpace(spec))
 
@@ -172,10 +204,90 @@ class GroundTruth:
         return out, (statistics.fmean(accepts) if accepts else None)
 
 
+# --------------------------------------------------------------------------- the measurer
+class EmulatedMeasurer:
+    """run/measurer.Measurer on the ground truth, on a simulated clock."""
+
+    def __init__(self, truth: GroundTruth, seed: int, *, noise: bool = True,
+                 restart_s: float | None = None) -> None:
+        self.truth = truth
+        # the same noise stream for every strategy at a seed (common random numbers)
+        self.rng = random.Random(f"noise/{seed}")
+        self.noise = noise
+        self.restart_s = truth.profile.startup.load_seconds if restart_s is None else restart_s
+        self.clock = 0.0  # simulated seconds
+        self.restarts = 0
+        self.bench_runs = 0
+        self.current: ServerHandle | None = None
+
+    def now(self) -> float:
+        return self.clock
+
+    def measure(self, config: LaunchConfig, tag: str, bench: BenchSpec, *, label: str = "",
+                on_start: Callable[[ServerHandle], None] | None = None,
+                phase: str = "", primary: int | None = None,
+                more: Callable[[list[float]], int] | None = None) -> Measurement:
+        cid = config.config_id()
+        expect = self.truth.config(cid, config)
+        reused = self.current is not None and self.current.config_id == cid
+        if not reused:
+            self.restarts += 1
+            self.clock += self.restart_s
+            self.current = ServerHandle("emulated", 0, config.port, config.bind_host,
+                                        f"emulated/{tag}.log", f"emulated/{tag}.exit", cid,
+                                        self.clock)
+        assert self.current is not None
+        if on_start is not None:
+            on_start(self.current)
+        failure = expect.truth.failure
+        if failure is not None:
+            raise ConfigurationFailure(failure, f"emulated {failure} (the simulator's ground "
+                                                "truth for this configuration)")
+        runs, accept = self._runs(cid, bench.runs)
+        cap = bench.max_runs or 0
+        while more is not None and len(runs) < cap:  # measure/client.run_benchmark's loop
+            extra = min(more(list(runs)), cap - len(runs))
+            if extra <= 0:
+                break
+            runs.extend(self._runs(cid, extra)[0])
+        self.bench_runs += len(runs)
+        self.clock += sum(bench.max_tokens / v for v in runs if v > 0)
+        result = _bench_result(runs, accept, bench)
+        level = primary if primary is not None else min(bench.levels)
+        return Measurement(config, self.current, result, 0.0 if reused else self.restart_s,
+                           DecodeSummary(0, None, None, None, 0), reused, {level: result})
+
+    def _runs(self, cid: str, n: int) -> tuple[list[float], float | None]:
+        if self.noise:
+            return self.truth.measure_accept(cid, self.rng, n)
+        tok_s = self.truth.true_tok_s(cid)
+        return [tok_s] * n, None
+
+    def stop(self, best_effort: bool = False, label: str = "") -> None:
+        self.current = None
+
+    def log_text(self, handle: ServerHandle) -> str | None:
+        return None
+
+
+def _bench_result(runs: list[float], accept: float | None, bench: BenchSpec) -> BenchResult:
+    made = []
+    for i, v in enumerate(runs):
+        req = RequestResult(ok=True, error=None, prompt_index=i, prompt_tokens=None,
+                            completion_tokens=bench.max_tokens, ttft_s=None,
+                            e2e_s=bench.max_tokens / v if v > 0 else 0.0, tok_s=v,
+                            decode_tok_s=None, n_chunks=0, gap_mean_s=None, gap_max_s=None,
+                            short=False, text="")
+        made.append(make_run(i, [req], bench.max_tokens / v if v > 0 else 0.0, False))
+    return BenchResult(runs=made, warmup_runs=[], stats=summarize(runs), spec=bench,
+                       prompt_hash="emulated", base_url="emulated", model=None,
+                       started_at="", duration_s=0.0, accept_length=accept)
+
+
 # --------------------------------------------------------------------------- the sweep
 @dataclass
 class Record:
-    """One proposal of an emulated sweep."""
+    """One proposal of a sweep, as the study stored it, with its ground truth."""
 
     role: str
     cid: str
@@ -184,7 +296,6 @@ class Record:
     truly_fails: bool  # the simulator's ground truth for this configuration
     value: float | None
     restarts: int  # cumulative restarts after this proposal
-    pick: str | None  # the configuration the tool would pick now
 
     @property
     def restart(self) -> bool:
@@ -194,176 +305,99 @@ class Record:
 @dataclass
 class Sweep:
     records: list[Record] = field(default_factory=list)
-    runs: dict[str, list[float]] = field(default_factory=dict)
-    told: dict[str, list[float]] = field(default_factory=dict)
+    decisions: list[tuple[Proposal, Decision]] = field(default_factory=list)
     restarts: int = 0
     confirm_restarts: int = 0
     bench_runs: int = 0  # measured benchmark runs of the sweep (the longer ones' included)
     final: str | None = None  # the pick at the end (after the confirm phase, if any)
-
-    def best(self) -> str | None:
-        return max(self.runs, key=lambda c: statistics.fmean(self.runs[c]), default=None)
+    clock: float = 0.0  # simulated seconds, the confirm phase's included
 
 
-def emulate(truth: GroundTruth, strategy: str, seed: int, budget: int,
-            on_record: Callable[[Record], None] | None = None) -> Sweep:
-    """One sweep of ``budget`` restarts in all: the confirm phase's (when the study has
-    one) come out of it."""
-    spec, space = truth.spec, truth.space
-    # the same noise stream for every strategy at a seed (common random numbers)
-    rng = random.Random(f"noise/{seed}")
-    # the confirm phase the CLI would run after this strategy's sweep (run/confirm.py)
-    plan = confirm_plan(spec, spec.sweep.sampler if strategy == DEFAULT else strategy)
-    sweep_budget = max(1, budget - plan.restarts)
-    out = Sweep()
-    memory = FailureMemory()
-    in_a_row = 0
+_OUTCOME = {TrialKind.SKIPPED: "skipped", TrialKind.REPEAT: "repeat"}
 
-    measured_in: dict[str, list[int]] = {}
 
-    def handle(cid: str, eff: dict[str, Any], role: str, replicate: bool, number: int
-               ) -> tuple[float | None, dict[str, Any]]:
-        """-> (value told, or None for PRUNED; the user attributes the Recorder writes)."""
-        nonlocal in_a_row
-        fails = truth.fails(cid)
-        attrs: dict[str, Any] = {A.ROLE: role, A.CONFIG_ID: cid, A.EFFECTIVE: eff}
-        if role == A.SAMPLER and not replicate and cid in out.told and in_a_row < REPEAT_LIMIT:
-            in_a_row += 1
-            value = statistics.fmean(out.told[cid])
-            out.records.append(Record(role, cid, eff, "repeat", fails, value, out.restarts,
-                                      out.best()))
-            return value, {**attrs, A.REPEAT_OF: list(measured_in[cid])}
-        predicted = memory.predict(cid, eff)
-        if predicted is not None:
-            out.records.append(Record(role, cid, eff, "skipped", fails, None, out.restarts,
-                                      out.best()))
-            return None, {**attrs, A.SKIPPED: True, A.FAILURE: predicted.kind}
-        in_a_row = 0
-        out.restarts += 1
-        if fails:
-            failure = truth.configs[cid].truth.failure
-            memory.add(number, cid, eff, failure)
-            out.records.append(Record(role, cid, eff, "failed", True, None, out.restarts,
-                                      out.best()))
-            return None, {**attrs, A.FAILURE: failure}
-        memory.add(number, cid, eff, None)
-        runs, accept = truth.measure_accept(cid, rng)
-        # measured longer on the same start while close to the best (run/longer.py,
-        # measure/client.run_benchmark's loop): costs benchmark runs, not restarts
-        more = more_runs_from(out.runs, cid, spec.benchmark)
-        cap = spec.benchmark.max_runs or 0
-        while more is not None and len(runs) < cap:
-            extra = min(more(runs), cap - len(runs))
-            if extra <= 0:
-                break
-            runs.extend(truth.measure(cid, rng, extra))
-        value = statistics.fmean(runs)
-        out.bench_runs += len(runs)
-        out.runs.setdefault(cid, []).extend(runs)
-        out.told.setdefault(cid, []).append(value)
-        measured_in.setdefault(cid, []).append(number)
-        out.records.append(Record(role, cid, eff, "measured", False, value, out.restarts,
-                                  out.best()))
-        return value, {**attrs, A.RUNS: runs, **({A.ACCEPT: accept} if accept else {})}
-
-    def done() -> bool:
-        # a sampler stuck on known failures stops the way the sweeper aborts (SKIP limit)
-        return out.restarts >= sweep_budget or len(out.records) >= 20 * sweep_budget + 100
-
-    first: list[tuple[str, dict[str, Any], str]] = []
-    if spec.baseline:
-        first.append((truth.baseline_cid, {}, A.BASELINE))
-    for point in spec.start_from:
-        eff = space.effective(space.internal_params(point))
-        first.append((space.launch_config(eff).config_id(), eff, A.START_FROM))
-    if strategy == GRID:
-        # a hand/grid sweep: the same first points, then every configuration in a random order
-        rest = [c for c in truth.space_cids if c not in {f[0] for f in first}]
-        rng.shuffle(rest)
-        order = first + [(c, truth.configs[c].effective, A.SAMPLER) for c in rest]
-        for cid, eff, role in order:
-            if done():
-                break
-            handle(cid, eff, role, False, len(out.records))
-            if on_record:
-                on_record(out.records[-1])
-    else:
-        sampler = sampler_for(strategy, spec, seed)
-        study = optuna.create_study(direction="maximize", sampler=sampler)
-        # what the sweep records for a sampler that plans with the budget (search/model/)
-        study.set_user_attr(A.BUDGET, {"start": 0, "target": sweep_budget,
-                                       "trials": sweep_budget})
-        deliberate = getattr(sampler, "deliberate", None)
-        if spec.baseline and strategy == GP:
-            # GPSampler models the parameters every trial has: the baseline's empty
-            # trial would leave it none (all random). Measured, but not told to it.
-            handle(truth.baseline_cid, {}, A.BASELINE, False, -1)
-        elif spec.baseline:
-            study.enqueue_trial({}, user_attrs={A.ROLE: A.BASELINE})
-        for point in spec.start_from:
-            study.enqueue_trial(space.internal_params(point), user_attrs={A.ROLE: A.START_FROM},
-                                skip_if_exists=True)
-        while not done():
-            trial = study.ask()
-            role = str(trial.user_attrs.get(A.ROLE, A.SAMPLER))
-            if role == A.BASELINE:
-                eff, launch = {}, space.baseline_config()
-            else:
-                eff = space.suggest(trial)
-                launch = space.launch_config(eff)
-            cid = launch.config_id()
-            truth.config(cid, launch)
-            note = deliberate(trial.number) if deliberate and role == A.SAMPLER else None
-            if note:  # a racing replicate: a repeat on purpose, measured (run/sweep.py)
-                trial.set_user_attr(A.REPLICATE, note)
-            value, attrs = handle(cid, eff, role, bool(trial.user_attrs.get(A.REPLICATE)),
-                                  trial.number)
-            for key, v in attrs.items():
-                trial.set_user_attr(key, v)
-            if on_record:
-                on_record(out.records[-1])
-            if value is None and strategy == GP:
-                # GPSampler reads COMPLETE trials only (a PRUNED one is invisible to it, and
-                # it would propose the same failure forever): a failure is told feasible-
-                # less, at the worst value measured so far, and its constraint says why
-                trial.set_constraint("failed", 1.0)
-                worst = min((v for vs in out.told.values() for v in vs), default=0.0)
-                study.tell(trial, worst)
-            elif value is None:
-                trial.set_constraint("failed", 1.0)
-                study.tell(trial, state=TrialState.PRUNED)
-            else:
-                trial.set_constraint("failed", 0.0)
-                study.tell(trial, value)
-    out.final, out.confirm_restarts = confirm_phase(out.runs, truth, seed, plan)
+def records_of(trials: list[optuna.trial.FrozenTrial], truth: GroundTruth) -> list[Record]:
+    """A stored sweep's proposals (not the confirm phase's, nothing handed back or failed
+    outside the configuration) as records checked against the ground truth."""
+    out: list[Record] = []
+    restarts = 0
+    for t in sorted(trials, key=lambda t: t.number):
+        kind = kind_of(t)
+        if kind in (TrialKind.CONFIRM, TrialKind.BACKED_OFF) or \
+                t.state not in (TrialState.COMPLETE, TrialState.PRUNED):
+            continue
+        ua = t.user_attrs
+        outcome = _OUTCOME.get(kind) or ("measured" if t.state == TrialState.COMPLETE
+                                         else "failed")
+        restarts += outcome in ("measured", "failed")
+        cid = str(ua[A.CONFIG_ID])
+        out.append(Record(str(ua.get(A.ROLE, A.SAMPLER)), cid, dict(ua.get(A.EFFECTIVE) or {}),
+                          outcome, truth.fails(cid), t.value if outcome != "failed" else None,
+                          restarts))
     return out
 
 
-def confirm_phase(pool: dict[str, list[float]], truth: GroundTruth, seed: int,
-                  plan: ConfirmPlan | None = None) -> tuple[str | None, int]:
-    """run/confirm.py's phase as ``plan`` says (default: the study's full phase): the top
-    configurations (pooled means, baseline excluded) and the baseline re-measured,
-    ``ceil(runs / rounds)`` runs per visit, one restart per visit; the fresh runs alone
-    decide, and the baseline wins if nothing beats it. -> (winner, restarts)."""
-    plan = plan or confirm_plan(truth.spec, "tpe")
-    top = plan.top
-    ranked = sorted((c for c in pool if c != truth.baseline_cid),
-                    key=lambda c: statistics.fmean(pool[c]), reverse=True)[:top]
-    if not top or not ranked:
-        best = max(pool, key=lambda c: statistics.fmean(pool[c]), default=None)
-        return best, 0
-    cands = ranked + ([truth.baseline_cid] if truth.baseline_cid in pool else [])
-    rng = random.Random(f"confirm/{seed}")
-    per_visit = max(1, math.ceil(plan.runs / plan.rounds))
-    fresh: dict[str, list[float]] = {c: [] for c in cands}
-    for _ in range(plan.rounds):
-        for c in cands:
-            fresh[c].extend(truth.measure(c, rng, per_visit))
-    winner = max(ranked, key=lambda c: statistics.fmean(fresh[c]))
-    if truth.baseline_cid in fresh and \
-            statistics.fmean(fresh[truth.baseline_cid]) > statistics.fmean(fresh[winner]):
-        winner = truth.baseline_cid
-    return winner, plan.rounds * len(cands)
+def emulate(truth: GroundTruth, strategy: str, seed: int, budget: int, *,
+            noise: bool = True) -> Sweep:
+    """One sweep of ``budget`` restarts in all, the product's loop through the emulated
+    measurer: the confirm phase's restarts (when the study has one) come out of it."""
+    spec = truth.spec
+    # the confirm phase the CLI would run after this strategy's sweep (run/confirm.py)
+    sampler_name = spec.sweep.sampler if strategy == DEFAULT else strategy
+    start = after_sweep_plan(spec, sampler_name)
+    trials = max(1, budget - start)
+    measurer = EmulatedMeasurer(truth, seed, noise=noise)
+    out = Sweep()
+    with tempfile.TemporaryDirectory(prefix="sweeper-bench-") as tmp:
+        options = SweepOptions(trials=trials, storage=f"sqlite:///{tmp}/bench.db", seed=seed)
+        storage = optuna.storages.InMemoryStorage()
+        study = create_study(storage, spec, truth.space, sampler_for(strategy, truth, seed),
+                             simulated=True)
+        session = HostSession(spec, options)
+        session.attach(study, storage, measurer, LocalHost())
+        pool = run_loop(spec, options, session, out, measurer)
+        out.records = records_of(study.get_trials(deepcopy=False), truth)
+        out.restarts = measurer.restarts
+        out.bench_runs = measurer.bench_runs
+        confirm = after_sweep(study, spec, sampler_name, None, False, False)
+        if confirm.run:
+            outcome = run_confirm(session, confirm.plan.top, confirm.plan.runs,
+                                  confirm.plan.rounds)
+            out.final = outcome.winner.result.config_id
+        else:
+            best = session.summary.best
+            out.final = best.config_id if best is not None else None
+        out.confirm_restarts = measurer.restarts - out.restarts
+        out.clock = measurer.clock
+        pool.done()
+    return out
+
+
+def run_loop(spec: StudySpec, options: SweepOptions, session: HostSession, out: Sweep,
+             measurer: EmulatedMeasurer) -> HostPool:
+    """The loop until its budget is spent. A sweep stopped by failures in a row is resumed
+    the way its message tells the user (the same command: the same budget); one stopped
+    because the sampler only proposes known failures is not."""
+    for _ in range(RESUMES):
+        pool = HostPool(spec, options, sessions=[session], clock=measurer.now,
+                        observe=lambda p, d: out.decisions.append((p, d)))
+        try:
+            pool.run()
+            return pool
+        except SweepAborted as exc:
+            if "in a row failed" not in str(exc):
+                return pool
+    return pool
+
+
+RESUMES = 20
+
+
+def after_sweep_plan(spec: StudySpec, sampler: str) -> int:
+    """Restarts the confirm phase after a sweep of ``sampler`` takes (its plan)."""
+    from sweeper.run.confirm import confirm_plan
+
+    return confirm_plan(spec, sampler).restarts
 
 
 # --------------------------------------------------------------------------- figures

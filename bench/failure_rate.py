@@ -43,13 +43,7 @@ from pathlib import Path
 
 import optuna
 import yaml
-from optuna.trial import TrialState
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from emulation import (  # noqa: E402
+from emulation import (
     SKIP_FIRST,
     GroundTruth,
     Honesty,
@@ -58,11 +52,15 @@ from emulation import (  # noqa: E402
     emulate,
     honesty,
 )
+from optuna.trial import TrialState
 
-from sweeper.remote import free_port  # noqa: E402
-from sweeper.results import attrs as A  # noqa: E402
-from sweeper.run.confirm import confirm_plan  # noqa: E402
-from sweeper.study import StudySpec, load_study  # noqa: E402
+from sweeper.remote import free_port
+from sweeper.results import attrs as A
+from sweeper.results.kind import TrialKind, kind_of
+from sweeper.run.confirm import confirm_plan
+from sweeper.study import StudySpec, load_study
+
+ROOT = Path(__file__).resolve().parent.parent
 
 TRIALS = 40
 TARGET = 0.10
@@ -84,13 +82,12 @@ def sweep_trials(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
     except KeyError:
         return []
     trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-    return sorted((t for t in trials if not t.user_attrs.get(A.CONFIRM)),
+    return sorted((t for t in trials if kind_of(t) != TrialKind.CONFIRM),
                   key=lambda t: t.number)
 
 
 def restarts_of(trials: list[optuna.trial.FrozenTrial]) -> int:
-    return sum(not t.user_attrs.get(A.SKIPPED) and not t.user_attrs.get(A.REPEAT_OF)
-               for t in trials)
+    return sum(kind_of(t).restarts for t in trials)
 
 
 def run_sweeps(study_path: Path, seeds: list[int], workdir: Path, parallel: int) -> dict[int, str]:
@@ -139,15 +136,16 @@ def stored_sweep(spec: StudySpec, truth: GroundTruth, url: str) -> Sweep:
             launch = truth.space.launch_config(eff)
             cid = launch.config_id()
             truth.config(cid, launch)
-        if ua.get(A.SKIPPED):
+        kind = kind_of(t)
+        if kind == TrialKind.SKIPPED:
             outcome = "skipped"
-        elif ua.get(A.REPEAT_OF):
+        elif kind == TrialKind.REPEAT:
             outcome = "repeat"
         else:
             outcome = "failed" if t.state == TrialState.PRUNED else "measured"
             out.restarts += 1
         out.records.append(Record(role, cid, eff, outcome, truth.fails(cid), t.value,
-                                  out.restarts, None))
+                                  out.restarts))
     return out
 
 

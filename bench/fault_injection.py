@@ -21,7 +21,7 @@ only by what was recorded), measurements lost (every value seen before a kill, s
 Everything is real and local: an OpenSSH server on a free loopback port with throwaway
 keys, the simulated SGLang server (a test double) started through it, SQLite.
 
-    .venv/bin/python bench/fault_injection.py            # ~4 minutes on 2 idle cores
+    .venv/bin/python -m bench.fault_injection   # from the repo root (it uses tests/sshd.py); ~4 min
 """
 
 from __future__ import annotations
@@ -41,16 +41,15 @@ import optuna
 import yaml
 from optuna.trial import TrialState
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from sweeper.remote import free_port
+from sweeper.results.storage import storage_key
+from sweeper.run.reconcile import counts_as_finished
+from sweeper.sim.profiles import PROFILE_DIR
+from tests.conftest import group_alive as alive
+from tests.conftest import streaming_trial
+from tests.sshd import make_sshd
 
-from sweeper.remote import free_port  # noqa: E402
-from sweeper.results.storage import storage_key  # noqa: E402
-from sweeper.run.reconcile import counts_as_finished  # noqa: E402
-from sweeper.sim.profiles import PROFILE_DIR  # noqa: E402
-from tests.conftest import group_alive as alive  # noqa: E402
-from tests.conftest import streaming_trial  # noqa: E402
-from tests.sshd import make_sshd  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 TRIALS = 20
 optuna.logging.set_verbosity(optuna.logging.WARNING)

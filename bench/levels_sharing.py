@@ -40,7 +40,6 @@ import argparse
 import math
 import random
 import statistics
-import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -49,18 +48,15 @@ from typing import Any
 
 import optuna
 from optuna.trial import TrialState
+from search_efficiency import demo_study, kimi_study
+
+from sweeper.search.failures import FailureMemory
+from sweeper.search.sampler import make_sampler
+from sweeper.search.space import SearchSpace
+from sweeper.sim import expected_throughput, load_profile
+from sweeper.study import StudySpec
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from search_efficiency import demo_study, kimi_study  # noqa: E402
-
-from sweeper.search.failures import FailureMemory  # noqa: E402
-from sweeper.search.sampler import make_sampler  # noqa: E402
-from sweeper.search.space import SearchSpace  # noqa: E402
-from sweeper.sim import expected_throughput, load_profile  # noqa: E402
-from sweeper.study import StudySpec  # noqa: E402
 
 STUDIES = {"demo": (demo_study, "demo"), "kimi": (kimi_study, "kimi-k2.5-8xh200")}
 LEVELS = (1, 8, 32)

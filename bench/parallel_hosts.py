@@ -43,16 +43,14 @@ from pathlib import Path
 import optuna
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+import sweeper.results.verdict as R
+from sweeper.remote import free_port
+from sweeper.results import attrs as A
+from sweeper.run.reconcile import counts_as_finished
+from sweeper.sim import expected_throughput
+from sweeper.study import load_study
 
-import sweeper.results.verdict as R  # noqa: E402
-from sweeper.remote import free_port  # noqa: E402
-from sweeper.results import attrs as A  # noqa: E402
-from sweeper.run.reconcile import counts_as_finished  # noqa: E402
-from sweeper.sim import expected_throughput  # noqa: E402
-from sweeper.study import load_study  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 DEMO = ROOT / "studies" / "demo.yaml"

@@ -5,8 +5,9 @@ ALL FIGURES COME FROM THE SIMULATED SGLang SERVER's performance model (sweeper.s
 double). They say how well the search works on the simulator's landscapes, never how fast
 any real GPU is.
 
-In-process, no servers: the sweep of bench/emulation.py (the real SearchSpace, samplers and
-FailureMemory; ground truth from ``expected_throughput``; the simulator's noise), the same
+In-process, no servers: the trial loop ``sweeper optimize`` runs (sweeper/run/workers.py)
+and its confirm phase, measuring through bench/emulation.py's emulated measurer (ground
+truth from ``expected_throughput``; the simulator's noise; a simulated clock), so the same
 failure handling (skips of predicted failures, repeats without a restart) for every
 strategy. The budget counts every restart: the sweep's and the confirm phase's (the
 studies' confirm_top 3 + baseline, 2 rounds = 8 of the 40).
@@ -40,11 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from emulation import (  # noqa: E402
+from emulation import (  # bench/, the script's own folder
     GP,
     SKIP_FIRST,
     GroundTruth,
@@ -55,9 +52,11 @@ from emulation import (  # noqa: E402
     strategies_available,
 )
 
-from sweeper.run.confirm import confirm_plan  # noqa: E402
-from sweeper.search.space import SearchSpace  # noqa: E402
-from sweeper.study import StudySpec, load_study, parse_study  # noqa: E402
+from sweeper.run.confirm import confirm_plan
+from sweeper.search.space import SearchSpace
+from sweeper.study import StudySpec, load_study, parse_study
+
+ROOT = Path(__file__).resolve().parent.parent
 
 BUILTIN = ("demo", "kimi")
 LANDSCAPES = ROOT / "bench" / "landscapes"

@@ -16,6 +16,9 @@ nothing is written or started.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 
 class SweeperError(Exception):
     """Base of every error sweeper raises on purpose."""
@@ -98,3 +101,32 @@ class CommandTimeout(InfrastructureError):
     """A host command did not finish within its timeout (it was killed on the host)."""
 
     kind = "command_timeout"
+
+
+# --- the sweep as a whole --------------------------------------------------------
+
+
+class SweepAborted(SweeperError):
+    """The sweep stopped before its budget: too many failures in a row, or retries
+    of an infrastructure fault used up. The message says what to fix."""
+
+
+class StorageFault(SweeperError):
+    """The study's storage failed while the sweep wrote to it. Exit code 1: the server has
+    been stopped and any measurement kept locally (``kept``), for the next run."""
+
+    def __init__(self, message: str, kept: Path | None = None) -> None:
+        super().__init__(message)
+        self.kept = kept
+
+
+class BenchmarkError(SweeperError):
+    """No measured run was usable (every run had errors or short outputs).
+
+    ``result`` (a measure.runs.BenchResult: errors.py imports nothing of sweeper) holds the
+    flagged runs so the caller can store them with the trial.
+    """
+
+    def __init__(self, message: str, result: Any) -> None:
+        super().__init__(message)
+        self.result = result

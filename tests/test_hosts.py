@@ -14,8 +14,8 @@ from sweeper.remote import LocalHost, free_port
 from sweeper.remote.groups import UNKNOWN, detect_group, group_from_names, sim_query_argv
 from sweeper.results import attrs as A
 from sweeper.run.claims import admitted, duplicate_of, needs_baseline, room
+from sweeper.run.common import SweepOptions
 from sweeper.run.hostview import host_view
-from sweeper.run.sweep import SweepOptions
 from sweeper.run.workers import HostPool
 from sweeper.study import parse_study
 

@@ -16,7 +16,7 @@ from sweeper.remote import free_port
 from sweeper.remote.ssh import SSHHost
 from sweeper.results import attrs as A
 from sweeper.results.hosts import host_states
-from sweeper.run.sweep import SweepOptions
+from sweeper.run.common import SweepOptions
 from sweeper.run.workers import HostPool
 from sweeper.study import parse_study
 

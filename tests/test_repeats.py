@@ -11,7 +11,7 @@ from optuna.trial import TrialState
 
 import sweeper.results.verdict as R
 from sweeper.results import attrs as A
-from sweeper.run.sweep import REPEAT_LIMIT
+from sweeper.run.decide import REPEAT_LIMIT
 
 from .conftest import run_cli
 

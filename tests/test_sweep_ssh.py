@@ -13,7 +13,8 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from sweeper.run.sweep import Sweep, SweepOptions
+from sweeper.run.common import SweepOptions, SweepSummary
+from sweeper.run.workers import HostPool
 from sweeper.study import parse_study
 
 from .conftest import demo_study_data, group_alive, recorded_pgids, streaming_trial, wait_for
@@ -32,6 +33,20 @@ def ssh_study(tmp_path: Path, **overrides):  # noqa: ANN003, ANN201
     return parse_study(data, tmp_path / "t.yaml")
 
 
+def opened(spec, trials: int, host) -> HostPool:  # noqa: ANN001
+    """The loop ``optimize`` runs, on one host (a pool of one), opened."""
+    pool = HostPool(spec, SweepOptions(trials=trials), hosts=[(host, sys.executable)])
+    pool.open()
+    return pool
+
+
+def sweep(pool: HostPool) -> SweepSummary:
+    try:
+        return pool.run()
+    finally:
+        pool.done()
+
+
 def load(tmp_path: Path) -> optuna.Study:
     return optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 't.db'}")
 
@@ -47,7 +62,7 @@ def test_sweep_over_ssh_classifies_oom_and_hang(sshd, tmp_path: Path) -> None:
     spec = ssh_study(tmp_path, space=space, start_from=[oom, HANG],
                      server={"hang_timeout": "3s"})
     host = sshd.ssh_host("gpu-test")
-    summary = Sweep(spec, SweepOptions(trials=4), host=host, python=sys.executable).run()
+    summary = sweep(opened(spec, 4, host))
     assert summary.finished == 4
     study = load(tmp_path)
     by_number = {t.number: t for t in study.get_trials()}
@@ -70,8 +85,7 @@ def test_server_killed_mid_benchmark_is_a_crash_within_2s(sshd, tmp_path: Path) 
     spec = ssh_study(tmp_path, baseline=False, start_from=[good],
                      benchmark={"max_tokens": 2000, "runs": 3, "warmup": 0})
     host = sshd.ssh_host("gpu-test")
-    sweep = Sweep(spec, SweepOptions(trials=1), host=host, python=sys.executable)
-    sweep.open()
+    pool = opened(spec, 1, host)
     killed_at: list[float] = []
 
     def killer() -> None:
@@ -81,7 +95,7 @@ def test_server_killed_mid_benchmark_is_a_crash_within_2s(sshd, tmp_path: Path) 
 
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
-    sweep.run()
+    sweep(pool)
     thread.join(timeout=5)
     assert killed_at, "the server was never seen streaming"
     trial = load(tmp_path).get_trials()[0]
@@ -98,8 +112,7 @@ def test_ssh_cut_mid_trial_retries_and_loses_nothing(sshd, tmp_path: Path) -> No
     spec = ssh_study(tmp_path, benchmark={"max_tokens": 600, "runs": 2, "warmup": 1,
                                           "max_attempts": 1})
     host = sshd.ssh_host("gpu-test")
-    sweep = Sweep(spec, SweepOptions(trials=3), host=host, python=sys.executable)
-    sweep.open()
+    pool = opened(spec, 3, host)
     cut: list[int] = []
 
     def cutter() -> None:
@@ -110,7 +123,7 @@ def test_ssh_cut_mid_trial_retries_and_loses_nothing(sshd, tmp_path: Path) -> No
 
     thread = threading.Thread(target=cutter, daemon=True)
     thread.start()
-    summary = sweep.run()
+    summary = sweep(pool)
     thread.join(timeout=5)
     assert cut, "the connection was never cut mid-trial"
     assert summary.finished == 3

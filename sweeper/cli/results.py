@@ -91,7 +91,7 @@ def _host_has(spec: StudySpec, flags: list[str]) -> None:
     """The study's host's SGLang has ``flags`` (its ``--help``), else PreflightError."""
     from sweeper.launch import LaunchConfig
     from sweeper.remote.preflight import require_flags
-    from sweeper.run.sweep import open_host
+    from sweeper.run.common import open_host
 
     host, python = open_host(spec)
     try:

@@ -25,8 +25,7 @@ from sweeper.study.base import public_url
 
 if TYPE_CHECKING:
     from sweeper.run.progress import ConsoleReporter
-    from sweeper.run.sweep import Sweep
-
+    from sweeper.run.session import HostSession
 
 
 def resume_hint() -> str:
@@ -85,12 +84,13 @@ def optimize(
                          "or {mix: ...}")
     import optuna
 
+    from sweeper.errors import SweepAborted
     from sweeper.results.headline import Headline
     from sweeper.results.hosts import print_hosts
     from sweeper.results.status import print_summary
-    from sweeper.run.confirm import confirm_plan, leaders, leaders_changed
+    from sweeper.run.common import SweepOptions
+    from sweeper.run.confirm import after_sweep
     from sweeper.run.progress import ConsoleReporter
-    from sweeper.run.sweep import SweepAborted, SweepOptions
     from sweeper.run.workers import HostPool
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # we report trials ourselves
@@ -101,7 +101,7 @@ def optimize(
     pool = HostPool(spec, opts, reporter)  # one worker per host (one host: one worker)
     pool.open(fresh=fresh,
               allow_delete=_allow_delete(yes, spec.name, public_url(pool.storage_url)))
-    sweep = pool.primary  # the confirm phase runs on the first host
+    sweep = pool.primary.session  # the confirm phase runs on the first host
     if pool.summary.simulated:
         out.print(simulated_note())
     where = "server on" if len(pool.live) == 1 else f"{len(pool.live)} servers on"
@@ -120,21 +120,15 @@ def optimize(
         print_summary(out, pool.summary, Headline.of(pool.study, spec.benchmark.objective))
         err.print(f"error: sweep stopped: {one_line(str(exc))}", markup=False, soft_wrap=True)
         raise typer.Exit(1) from None
-    plan = confirm_plan(spec, sampler, confirm, no_confirm)
-    top, rounds, runs = plan.top, plan.rounds, plan.runs
-    if plan.racing:
-        out.print("Racing settled the leaders during the sweep: the confirm phase checks "
-                  "the winner's temperature-0 outputs against the baseline's.")
-    if top > 0 and summary.stopped_because != "interrupted":
-        if not leaders(sweep.study, spec.benchmark.objective, top):
-            out.print("Confirm phase skipped: no speculative configuration was measured.")
-        elif leaders_changed(sweep.study, spec.benchmark.objective, top):
-            # a kill from here on resumes the confirm phase, not a new batch of trials
-            pool.budget.save(pool.study, trials, phase="confirm")
-            _confirm(sweep, top, runs, reporter, rounds)
-        else:
-            out.print(f"Confirm phase skipped: the top {top} are the configurations the last "
-                      "confirm phase measured (`sweeper confirm` measures them again).")
+    start = after_sweep(sweep.study, spec, sampler, confirm, no_confirm,
+                        summary.stopped_because == "interrupted")
+    for note in start.notes:
+        out.print(note)
+    if start.run:
+        # a kill from here on resumes the confirm phase, not a new batch of trials
+        assert pool.budget is not None
+        pool.budget.save(pool.study, trials, phase="confirm")
+        _confirm(sweep, start.plan.top, start.plan.runs, reporter, start.plan.rounds)
     pool.done()
     reporter.close()
     print_summary(out, summary, Headline.of(sweep.study, spec.benchmark.objective))
@@ -143,7 +137,7 @@ def optimize(
                     pool.study.get_trials(deepcopy=False))
 
 
-def _confirm(sweep: Sweep, top: int, runs: int, reporter: ConsoleReporter,
+def _confirm(sweep: HostSession, top: int, runs: int, reporter: ConsoleReporter,
              rounds: int = 2) -> None:
     from sweeper.run.confirm import print_confirm, run_confirm
 
@@ -171,13 +165,14 @@ def confirm(study: StudyOpt, storage: StorageOpt = None,
             ) -> None:
     """Re-measure the top configurations and the baseline, interleaved, and pick the
     winner on those fresh runs (what `export` then writes)."""
+    from sweeper.run.common import SweepOptions
     from sweeper.run.hostview import host_view
     from sweeper.run.progress import ConsoleReporter
-    from sweeper.run.sweep import Sweep, SweepOptions
+    from sweeper.run.session import HostSession
 
     spec = load(study)
     reporter = ConsoleReporter(out)
-    sweep = Sweep(host_view(spec, 0), SweepOptions(trials=0, storage=storage), reporter)
+    sweep = HostSession(host_view(spec, 0), SweepOptions(trials=0, storage=storage), reporter)
     sweep.open(require_existing=True)
     try:
         _confirm(sweep, top, runs or spec.sweep.confirm_runs, reporter)
@@ -190,11 +185,12 @@ def confirm(study: StudyOpt, storage: StorageOpt = None,
 @errors
 def stop(study: StudyOpt, storage: StorageOpt = None) -> None:
     """Stop the server that `optimize --keep-best` left running."""
+    from sweeper.run.common import SweepOptions
     from sweeper.run.hostview import host_view
-    from sweeper.run.sweep import Sweep, SweepOptions
+    from sweeper.run.session import HostSession
 
     spec = load(study)
-    sweep = Sweep(host_view(spec, 0), SweepOptions(trials=0, storage=storage))
+    sweep = HostSession(host_view(spec, 0), SweepOptions(trials=0, storage=storage))
     sweep.open(require_existing=True)
     try:
         handle = sweep.stop_kept()

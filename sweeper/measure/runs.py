@@ -7,21 +7,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sweeper.errors import SweeperError
+from sweeper.errors import BenchmarkError  # noqa: F401 - re-exported
 from sweeper.measure.stats import Stats, summarize
 from sweeper.study import BenchSpec
-
-
-class BenchmarkError(SweeperError):
-    """No measured run was usable (every run had errors or short outputs).
-
-    ``result`` holds the flagged runs so the caller can store them with the trial.
-    """
-
-    def __init__(self, message: str, result: BenchResult) -> None:
-        super().__init__(message)
-        self.result = result
-
 
 
 @dataclass(frozen=True)

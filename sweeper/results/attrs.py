@@ -19,9 +19,6 @@ RETRY_OF = "retry_of"  # the trial number this one repeats
 CONFIRM = "confirm"  # True on the confirm phase's fresh measurements
 REPLAYED_FROM = "replayed_from"  # measured in this trial, stored later (run/pending.py)
 REPLAY_ID = "replay_id"  # the kept record's id: a replay never writes it twice
-# A deliberate replicate (racing, search/model/): {"of": [trials of the configuration],
-# "reason": "..."}; a repeat without it is an accident
-REPLICATE = "replicate"
 
 RUNS = "tok_s_runs"  # per-run tok/s of the counted runs
 TOK_S_MEAN = "tok_s_mean"
@@ -60,8 +57,10 @@ SKIPPED = "skipped_known_failure"  # predicted to fail: recorded, no restart spe
 # An accidental repeat of a configuration already measured: no restart, told the mean of the
 # values of these earlier trials (a list of trial numbers); never pooled as a measurement.
 REPEAT_OF = "repeat_of"
-# Set (True) by whoever enqueues a replicate on purpose (the racing of the leaders): such a
-# trial is measured again even though its configuration was measured before.
+# A replicate on purpose (the racing of the leaders, search/model/; or whoever enqueues
+# one): truthy, the racing's note {"of": [trials of the configuration], "reason": "..."}.
+# Such a trial is measured again; a repeat without it is an accident (REPEAT_OF).
+# What kind a trial is, is read through results/kind.py, not from these flags.
 REPLICATE = "is_deliberate_replicate"
 LOG_TAIL = "log_tail"
 # Optuna 5 constraints are system attributes the dashboard does not show: mirrored here.

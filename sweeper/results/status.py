@@ -25,7 +25,7 @@ from sweeper.results.table import trials_frame
 from sweeper.study.base import public_url
 
 if TYPE_CHECKING:
-    from sweeper.run.sweep import SweepSummary
+    from sweeper.results.summary import SweepSummary
     from sweeper.study import StudySpec
 
 WIDE = 120  # from this terminal width on, full labels and intervals

@@ -1,28 +1,24 @@
-"""What the one-host sweep (run/sweep.py) and the host pool (run/workers.py) share: the
-options of a sweep, its summary, the error that stops it, the study's first host, and the
-two guards around the loop (SIGTERM as Ctrl-C; a failing storage as one line)."""
+"""What the trial loop (run/workers.py) and a host's session (run/session.py) share: the
+options of a sweep, its summary, the study's first host, and the two guards around the
+loop (SIGTERM as Ctrl-C; a failing storage as one line)."""
 
 from __future__ import annotations
 
 import contextlib
 import signal
 import sys
-from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-import sweeper.results.verdict as R
-from sweeper.errors import InputError, SweeperError
+from sweeper.errors import InputError, StorageFault, SweepAborted
 from sweeper.remote import Host, LocalHost
-from sweeper.remote.server import ServerHandle
+from sweeper.results.summary import SweepSummary
 from sweeper.run import pending
 from sweeper.study import StudySpec, placeholder_message
 from sweeper.study.base import public_url
 
-
-class SweepAborted(SweeperError):
-    """The sweep stopped before its budget: too many failures in a row, or retries
-    of an infrastructure fault used up. The message says what to fix."""
+__all__ = ["SweepAborted", "SweepOptions", "SweepSummary", "open_host", "sigterm_as_interrupt",
+           "storage_fault", "storage_guard"]
 
 
 @dataclass
@@ -33,26 +29,6 @@ class SweepOptions:
     sampler: str | None = None
     seed: int | None = None
     keep_best: bool = False
-
-
-@dataclass
-class SweepSummary:
-    study: str
-    storage: str
-    finished: int = 0
-    complete: int = 0
-    pruned: Counter[str] = field(default_factory=Counter)
-    skipped: int = 0
-    repeats: int = 0  # accidental repeats resolved without a restart
-    failed: int = 0
-    retried: int = 0
-    reconciled: int = 0
-    stopped_because: str = "budget"
-    best: R.ConfigResult | None = None
-    baseline: R.ConfigResult | None = None
-    kept_server: ServerHandle | None = None
-    simulated: bool = False
-    resumed_from: int = 0
 
 
 def open_host(spec: StudySpec) -> tuple[Host, str]:
@@ -67,14 +43,14 @@ def open_host(spec: StudySpec) -> tuple[Host, str]:
     return SSHHost(hspec.ssh), hspec.python or "python3"
 
 
-def storage_fault(exc: BaseException, storage_url: str) -> pending.StorageFault | None:
+def storage_fault(exc: BaseException, storage_url: str) -> StorageFault | None:
     """``exc`` as the one-line StorageFault the CLI prints; None when it is not the
     storage's (a bug keeps its traceback)."""
-    if isinstance(exc, pending.StorageFault):
+    if isinstance(exc, StorageFault):
         return exc
     if not pending.is_storage_error(exc):
         return None
-    return pending.StorageFault(
+    return StorageFault(
         f"storage {public_url(storage_url)} failed ({pending.cause_of(exc)}); the server was "
         "stopped and no measurement was lost: fix the storage, then run the same command to "
         "resume")
@@ -95,7 +71,7 @@ def storage_guard(summary: SweepSummary, storage_url: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
+def sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM takes the Ctrl-C path: the trial is recorded, the server stopped."""
     def handler(signum: int, frame: object) -> None:
         raise KeyboardInterrupt

@@ -27,7 +27,7 @@ from sweeper.measure import BenchResult, compare_outputs
 from sweeper.measure.stats import Ratio, Stats, speedup, summarize
 from sweeper.results import attrs as A
 from sweeper.results.headline import mark_best
-from sweeper.run.sweep import Sweep
+from sweeper.run.session import HostSession
 from sweeper.run.trial import Measurement
 from sweeper.study import StudySpec
 
@@ -112,7 +112,40 @@ def confirm_plan(spec: StudySpec, sampler: str | None = None, top: int | None = 
     return ConfirmPlan(k, 2, spec.sweep.confirm_runs)
 
 
-def run_confirm(sweep: Sweep, top: int, runs: int, rounds: int = 2) -> ConfirmOutcome:
+@dataclass(frozen=True)
+class ConfirmStart:
+    """What the end of ``optimize`` does about the confirm phase: the plan, whether to run
+    it now, and what to tell the user (in order)."""
+
+    plan: ConfirmPlan
+    run: bool
+    notes: tuple[str, ...] = ()
+
+
+def after_sweep(study: optuna.Study, spec: StudySpec, sampler: str | None, top: int | None,
+                skip: bool, interrupted: bool) -> ConfirmStart:
+    """Whether the sweep that just ended goes on into its confirm phase: not when it was
+    interrupted, when nothing speculative was measured, or when the leaders are the ones
+    the last confirm phase measured (a top-up that did not change them)."""
+    plan = confirm_plan(spec, sampler, top, skip)
+    notes: list[str] = []
+    if plan.racing:
+        notes.append("Racing settled the leaders during the sweep: the confirm phase checks "
+                     "the winner's temperature-0 outputs against the baseline's.")
+    if plan.top <= 0 or interrupted:
+        return ConfirmStart(plan, False, tuple(notes))
+    objective = spec.benchmark.objective
+    if not leaders(study, objective, plan.top):
+        notes.append("Confirm phase skipped: no speculative configuration was measured.")
+        return ConfirmStart(plan, False, tuple(notes))
+    if not leaders_changed(study, objective, plan.top):
+        notes.append(f"Confirm phase skipped: the top {plan.top} are the configurations the "
+                     "last confirm phase measured (`sweeper confirm` measures them again).")
+        return ConfirmStart(plan, False, tuple(notes))
+    return ConfirmStart(plan, True, tuple(notes))
+
+
+def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2) -> ConfirmOutcome:
     """Measure the top ``top`` configurations and the baseline ``runs`` times each,
     spread over ``rounds`` interleaved visits; record the verdict in the study."""
     study = sweep.study
@@ -193,7 +226,7 @@ def run_confirm(sweep: Sweep, top: int, runs: int, rounds: int = 2) -> ConfirmOu
     return ConfirmOutcome(cands, base, winner, speedups, mismatches)
 
 
-def _visit(sweep: Sweep, cand: Candidate, tag: str, bench: Any,
+def _visit(sweep: HostSession, cand: Candidate, tag: str, bench: Any,
            label: str) -> tuple[Measurement, int]:
     """One confirm measurement, kept as a finished trial with its evidence (role confirm,
     or baseline): nothing measured is lost, and the dashboard shows it. The trial exists
@@ -204,13 +237,13 @@ def _visit(sweep: Sweep, cand: Candidate, tag: str, bench: Any,
     rec.begin(slot, role=role, config=cand.config, effective=cand.result.effective,
               command=cand.config.command_line(sweep.python))
     try:
-        m = sweep.runner.measure(cand.config, tag, bench, label=label,
+        m = sweep.measurer.measure(cand.config, tag, bench, label=label,
                                  on_start=lambda h: rec.server_started(slot, h),
                                  phase="confirm-", primary=sweep.spec.objective.primary)
     except BaseException as exc:
         rec.fail(slot, getattr(exc, "kind", "interrupted"), str(exc) or type(exc).__name__)
         raise
-    rec.complete(slot, m, log=sweep.runner.log_text(m.server))
+    rec.complete(slot, m, log=sweep.measurer.log_text(m.server))
     return m, slot.number
 
 

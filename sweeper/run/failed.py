@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
@@ -20,49 +20,43 @@ from sweeper.results import attrs as A
 from sweeper.run.common import SweepAborted
 from sweeper.run.reconcile import requeue
 from sweeper.run.record import Slot
-
-if TYPE_CHECKING:
-    from sweeper.run.sweep import Sweep
+from sweeper.run.session import HostSession
 
 
-def configuration_failed(sweep: Sweep, trial: optuna.Trial, slot: Slot, role: str, cid: str,
-                         effective: dict[str, Any], label: str,
-                         fail: ConfigurationFailure) -> str:
-    """Recorded PRUNED; ``"pruned"``, or SweepAborted when the baseline itself is rejected."""
-    log = sweep._server_log(slot, fail)
-    sweep.runner.stop()
+def configuration_failed(sweep: HostSession, trial: optuna.Trial, slot: Slot, role: str,
+                         cid: str, effective: dict[str, Any], label: str,
+                         fail: ConfigurationFailure) -> None:
+    """Recorded PRUNED; SweepAborted when the baseline itself is rejected."""
+    log = sweep.server_log(fail)
+    sweep.measurer.stop()
     sweep.memory.add(trial.number, cid, effective, fail.kind)
     sweep.recorder.prune(slot, fail.kind, str(fail), log_tail=fail.log_tail, log=log)
     sweep.summary.finished += 1
     sweep.summary.pruned[fail.kind] += 1
-    sweep._last_failure = f"trial {trial.number}: {fail}"
-    sweep._line(f"{label}[red]{fail.kind}[/]: {fail}")
+    sweep.line(f"{label}[red]{fail.kind}[/]: {fail}")
     if role == A.BASELINE and fail.kind == "invalid_args":
         # the baseline is the study's fixed settings alone: a server that rejects
         # them rejects every configuration, so stop now rather than after N restarts
         raise SweepAborted(
             f"the server rejects the study's fixed settings (the baseline, trial "
-            f"{trial.number}): {sweep._secrets.scrub(str(fail))}; fix server.launcher "
+            f"{trial.number}): {sweep.secrets.scrub(str(fail))}; fix server.launcher "
             "or server.args") from fail
-    return "pruned"
 
 
-def infrastructure_failed(sweep: Sweep, trial: optuna.Trial, slot: Slot, label: str,
-                          err: InfrastructureError) -> str:
-    """Recorded FAIL and queued again; ``"failed"``, or SweepAborted past the retries."""
-    sweep.runner.stop(best_effort=True)
+def infrastructure_failed(sweep: HostSession, trial: optuna.Trial, slot: Slot, label: str,
+                          err: InfrastructureError) -> None:
+    """Recorded FAIL and queued again; SweepAborted past the retries."""
+    sweep.measurer.stop(best_effort=True)
     with contextlib.suppress(Exception):  # the host may be what failed
-        sweep.recorder.fail(slot, err.kind, str(err), log=sweep._server_log(slot))
+        sweep.recorder.fail(slot, err.kind, str(err), log=sweep.server_log())
     sweep.study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
     sweep.summary.failed += 1
-    sweep._last_failure = f"trial {trial.number}: {err}"
     attempt = requeue(sweep.study, trial, count_attempt=True)
     sweep.summary.retried += 1
     retries = sweep.spec.sweep.max_retries
-    sweep._line(f"{label}[magenta]failed[/] ({err.kind}): {err} — retry {attempt}/{retries}")
+    sweep.line(f"{label}[magenta]failed[/] ({err.kind}): {err} — retry {attempt}/{retries}")
     if attempt > retries:
         raise SweepAborted(
             f"trial {trial.number}: {err} — the same configuration failed "
             f"{attempt} times for reasons outside it; fix the host or network, then "
             "run the same command to resume (the configuration stays queued)") from err
-    return "failed"

@@ -1,54 +1,36 @@
-"""Proposals resolved without a restart: an accidental repeat of a measured
-configuration (the sampler is told what it gave) and a configuration known to fail
-(recorded PRUNED, skipped). A deliberate replicate (racing, search/model/) is measured."""
+"""Proposals resolved without a restart, as run/decide.py decided: an accidental repeat
+of a measured configuration (the sampler is told what it gave) and a configuration known
+to fail (recorded PRUNED, skipped). A deliberate replicate (racing, search/model/) is
+measured."""
 
 from __future__ import annotations
-
-import statistics
-from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import TrialState
 
 from sweeper.results import attrs as A
+from sweeper.results.kind import TrialKind, kind_of
+from sweeper.run.decide import Decision
 from sweeper.run.record import Slot
-
-if TYPE_CHECKING:
-    from sweeper.run.sweep import Sweep
-
-# An accidental repeat of a measured configuration is resolved without a restart this many
-# times in a row; the next one is measured (a sampler that insists gets its replicate), so
-# the loop always moves on.
-REPEAT_LIMIT = 5
+from sweeper.run.session import HostSession
 
 
-def resolve_without_restart(sweep: Sweep, trial: optuna.Trial, slot: Slot, role: str,
-                            cid: str, effective: dict[str, Any], label: str) -> str | None:
-    """``"repeat"`` or ``"skipped"`` when no restart is needed; None: measure it."""
-    if role == A.SAMPLER and not trial.user_attrs.get(A.REPLICATE):
-        earlier = measured(sweep.study, cid)
-        if earlier and sweep._repeats_in_a_row < REPEAT_LIMIT:
-            # the sampler proposed a configuration already measured, by accident:
-            # tell it what that configuration gave instead of paying a restart
-            value = statistics.fmean(v for _, v in earlier)
-            sweep.recorder.repeat(slot, value, [n for n, _ in earlier])
-            sweep._repeats_in_a_row += 1
-            sweep.summary.repeats += 1
-            trials = ", ".join(str(n) for n, _ in earlier)
-            sweep._line(f"{label}[yellow]repeat, no restart[/]: measured in trial "
-                        f"{trials}; told the sampler their mean {value:.1f}")
-            return "repeat"
-    predicted = sweep.memory.predict(cid, effective)
-    if predicted is not None:
-        # Known to fail: no restart wasted on it. Recorded (the sampler learns from
-        # it) but not counted against --trials, which counts restarts.
-        sweep.recorder.prune(slot, predicted.kind, f"predicted: {predicted.reason}",
-                             skipped=True)
-        sweep.summary.skipped += 1
-        sweep._line(f"{label}[yellow]skipped, no restart[/]: known to fail "
-                    f"({predicted.kind}: {predicted.reason})")
-        return "skipped"
-    return None
+def answer_repeat(s: HostSession, slot: Slot, d: Decision, label: str) -> None:
+    """Tell the sampler the mean its earlier trials were told instead of a restart."""
+    assert d.value is not None
+    s.recorder.repeat(slot, d.value, list(d.of))
+    s.summary.repeats += 1
+    trials = ", ".join(str(n) for n in d.of)
+    s.line(f"{label}[yellow]repeat, no restart[/]: measured in trial {trials}; told the "
+           f"sampler their mean {d.value:.1f}")
+
+
+def skip_known_failure(s: HostSession, slot: Slot, d: Decision, label: str) -> None:
+    """Known to fail: no restart wasted on it. Recorded (the sampler learns from it) but
+    not counted against --trials, which counts restarts."""
+    s.recorder.prune(slot, d.kind, f"predicted: {d.reason}", skipped=True)
+    s.summary.skipped += 1
+    s.line(f"{label}[yellow]skipped, no restart[/]: known to fail ({d.kind}: {d.reason})")
 
 
 def measured(study: optuna.Study, cid: str) -> list[tuple[int, float]]:
@@ -56,4 +38,4 @@ def measured(study: optuna.Study, cid: str) -> list[tuple[int, float]]:
     return [(t.number, float(t.value)) for t in
             study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             if t.value is not None and t.user_attrs.get(A.CONFIG_ID) == cid
-            and not t.user_attrs.get(A.REPEAT_OF)]
+            and kind_of(t) != TrialKind.REPEAT]

@@ -34,7 +34,7 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial, TrialState
 
-from sweeper.errors import SweeperError
+from sweeper.errors import StorageFault
 from sweeper.results.attrs import REPLAY_ID, REPLAYED_FROM
 from sweeper.study.base import public_url
 
@@ -42,15 +42,6 @@ from sweeper.study.base import public_url
 # another errno is not a storage fault and keeps its traceback.
 STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES,
                             errno.EPERM})
-
-
-class StorageFault(SweeperError):
-    """The study's storage failed while the sweep wrote to it. Exit code 1: the server has
-    been stopped and any measurement kept locally (``kept``), for the next run."""
-
-    def __init__(self, message: str, kept: Path | None = None) -> None:
-        super().__init__(message)
-        self.kept = kept
 
 
 def is_storage_error(exc: BaseException) -> bool:

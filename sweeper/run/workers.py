@@ -1,9 +1,13 @@
-"""One worker per host, all asking the same study.
+"""The trial loop: one worker per host, all asking the same study (one host: a pool of one).
 
-Each entry of ``hosts:`` gets a worker thread with its own SSH connection, tunnel,
-workdir, server port and failure handling: a ``Sweep`` over a one-host view of the study
-(``host_view``), so a trial's life is the same code whether one host or ten run it. What
-the workers share lives in the storage, so sweepers on several machines share it too:
+    ask (here, and nowhere else) -> claim (budget, duplicates) -> run/step.py (decide,
+    measure, record) -> count -> stop on the budget, a time limit or too many failures
+
+Each entry of ``hosts:`` gets a worker thread with its own session (run/session.py: SSH
+connection, tunnel, workdir, server port, lock, measurer) over a one-host view of the
+study (``host_view``), so a trial's life is the same code whether one host or ten run it,
+and the bench's emulated measurer runs this loop too. What the workers share lives in the
+storage, so sweepers on several machines share it too:
 
 * the budget (``Budget``: a second sweeper with the same ``--trials`` joins the first's
   target) and who may start a trial (run/claims.py): exactly N trials finish in total;
@@ -26,35 +30,25 @@ import time
 from collections.abc import Callable
 
 import optuna
-from optuna.trial import Trial, TrialState
+from optuna.trial import FrozenTrial, Trial, TrialState
 
-from sweeper.errors import InfrastructureError, InputError
+from sweeper.errors import InfrastructureError, InputError, SweepAborted
 from sweeper.launch import LaunchConfig
 from sweeper.remote import Host
 from sweeper.remote.groups import detect_group
 from sweeper.remote.server import ServerHandle
 from sweeper.results import attrs as A
 from sweeper.results.hosts import DONE, IDLE, RETIRED, RUNNING, STARTING, record_host
+from sweeper.results.kind import TrialKind, kind_of, ran_on_server
 from sweeper.run.claims import admitted, duplicate_of, needs_baseline, room
+from sweeper.run.common import SweepOptions, SweepSummary, sigterm_as_interrupt, storage_guard
+from sweeper.run.decide import Outcome, skip_limit
 from sweeper.run.hostview import Prefixed, host_view
 from sweeper.run.killpoint import killpoint
 from sweeper.run.progress import NullReporter, Reporter
-from sweeper.run.reconcile import (
-    Budget,
-    counts_as_finished,
-    finished_count,
-    reconcile,
-    requeue,
-)
-from sweeper.run.sweep import (
-    SKIP_LIMIT_FACTOR,
-    Sweep,
-    SweepAborted,
-    SweepOptions,
-    SweepSummary,
-    _sigterm_as_interrupt,
-    storage_guard,
-)
+from sweeper.run.reconcile import Budget, counts_as_finished, finished_count, reconcile, requeue
+from sweeper.run.session import HostSession
+from sweeper.run.step import Observer, run_trial
 from sweeper.search.failures import FailureMemory
 from sweeper.study import StudySpec
 
@@ -70,21 +64,21 @@ class Busy(Exception):
     """Every proposal is already being measured elsewhere: wait, then ask again."""
 
 
-class Worker(Sweep):
-    """One host's worker: a Sweep whose next trial is claimed from the shared budget."""
+class Worker:
+    """One host's worker: its session, the trial it runs, and why it was retired."""
 
-    def __init__(self, pool: HostPool, index: int, options: SweepOptions, reporter: Reporter,
-                 host: Host | None, python: str | None) -> None:
-        super().__init__(host_view(pool.spec, index), options, reporter, host, python)
-        self.pool = pool
-        self.index = index
-        self.label = pool.spec.hosts[index].label
-        self.group = pool.spec.hosts[index].group or ""
+    def __init__(self, session: HostSession, label: str, group: str) -> None:
+        self.session = session
+        self.label = label
+        self.group = group
         self.busy: int | None = None  # the trial it is running
         self.retired = ""
+        self.repeats_in_a_row = 0  # accidental repeats answered since its last restart
+        self.last_failure = ""
 
-    def next_trial(self) -> Trial:
-        return self.pool.claim(self)
+    @property
+    def study(self) -> optuna.Study:
+        return self.session.study
 
     def record(self, state: str, trial: int | None = None, why: str = "") -> None:
         with contextlib.suppress(Exception):  # the storage may be what failed
@@ -93,38 +87,53 @@ class Worker(Sweep):
     def interrupt(self) -> None:
         """Ctrl-C: its trial recorded as interrupted and queued again, its server stopped."""
         number = self.busy
+        s = self.session
         if number is not None:
             with contextlib.suppress(Exception):
                 t = self.study.get_trials(deepcopy=False)[number]
                 if t.state == TrialState.RUNNING:
-                    self.recorder.fail(self.recorder.slot_of(number), "interrupted",
-                                       "interrupted by the user (Ctrl-C / SIGTERM)")
+                    s.recorder.fail(s.recorder.slot_of(number), "interrupted",
+                                    "interrupted by the user (Ctrl-C / SIGTERM)")
                     requeue(self.study, t, count_attempt=False)
-        self.runner.stop(best_effort=True)
+        s.measurer.stop(best_effort=True)
 
 
 class HostPool:
-    """All the study's hosts, one worker each, sharing one budget."""
+    """All the study's hosts, one worker each, sharing one budget: the trial loop."""
 
     def __init__(self, spec: StudySpec, options: SweepOptions, reporter: Reporter | None = None,
-                 hosts: list[tuple[Host, str]] | None = None) -> None:
+                 hosts: list[tuple[Host, str]] | None = None, *,
+                 sessions: list[HostSession] | None = None, observe: Observer | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``hosts``: the hosts already connected (default: the study's); ``sessions``:
+        sessions already attached to an open study (``open`` is then not called);
+        ``observe`` sees every decision; ``clock`` measures ``options.timeout``."""
         self.spec = spec
         self.options = options
         self.report: Reporter = reporter or NullReporter()
+        self.observe = observe
+        self.clock = clock
         many = len(spec.hosts) > 1
         self.workers: list[Worker] = []
         for i in range(len(spec.hosts)):
-            opts = dataclasses.replace(
-                options, seed=options.seed + i if options.seed is not None else None,
-                keep_best=options.keep_best and i == 0)
-            host, python = hosts[i] if hosts else (None, None)
-            self.workers.append(Worker(self, i, opts, Prefixed(self.report, spec.hosts[i].label,
-                                                                many), host, python))
+            if sessions is not None:
+                session = sessions[i]
+            else:
+                opts = dataclasses.replace(
+                    options, seed=options.seed + i if options.seed is not None else None,
+                    keep_best=options.keep_best and i == 0)
+                host, python = hosts[i] if hosts else (None, None)
+                session = HostSession(host_view(spec, i), opts,
+                                      Prefixed(self.report, spec.hosts[i].label, many),
+                                      host, python)
+            self.workers.append(Worker(session, spec.hosts[i].label,
+                                       spec.hosts[i].group or ""))
         self.primary = self.workers[0]
-        self.storage_url = self.primary.storage_url
+        self.storage_url = self.primary.session.storage_url
         self.summary = SweepSummary(spec.name, self.storage_url,
-                                    simulated=self.primary.summary.simulated)
+                                    simulated=self.primary.session.summary.simulated)
         self.target = 0
+        self.budget: Budget | None = None
         self._lock = threading.Lock()  # ask + suggest + record, one worker at a time
         self._stop = threading.Event()
         self._error: BaseException | None = None
@@ -167,13 +176,13 @@ class HostPool:
         for w in self.live:
             if not w.group:
                 try:
-                    w.group = detect_group(w.host, launcher.launcher_argv(w.python))
+                    w.group = detect_group(w.session.host,
+                                           launcher.launcher_argv(w.session.python))
                 except InfrastructureError as exc:
                     self._retire(w, f"unreachable while reading its GPU type: {exc}")
                     continue
-            w.memory = self._memories.setdefault(w.group, FailureMemory())
         for w in self.workers:
-            if w.retired and hasattr(w, "study"):
+            if w.retired and w.session.opened:
                 w.record(RETIRED, why=w.retired)
             elif w.retired:
                 with contextlib.suppress(Exception):
@@ -186,7 +195,8 @@ class HostPool:
     def _open_one(self, w: Worker, require_existing: bool, fresh: bool = False,
                   allow_delete: Callable[[int], bool] | None = None) -> bool:
         try:
-            w.open(require_existing=require_existing, fresh=fresh, allow_delete=allow_delete)
+            w.session.open(require_existing=require_existing, fresh=fresh,
+                           allow_delete=allow_delete)
             return True
         except InputError as exc:
             if len(self.workers) > 1 and isinstance(exc.__cause__, InfrastructureError):
@@ -203,13 +213,14 @@ class HostPool:
     def _retire(self, w: Worker, why: str) -> None:
         w.retired = why
         self.report.line(f"[red]host {w.label} retired[/]: {why}")
-        if hasattr(w, "study"):
+        if w.session.opened:
             w.record(RETIRED, why=why)
 
     # --- claiming a trial --------------------------------------------------------------
     def claim(self, w: Worker) -> Trial:
         """A trial for ``w`` to run: room in the budget, its group's baseline first, and
         never a configuration in flight elsewhere in the group (run/claims.py)."""
+        s = w.session
         for _ in range(DUPLICATE_TRIES):
             # Only asking, suggesting and recording the configuration hold the lock (the
             # sampler must see each proposal before the next); the budget and duplicate
@@ -220,9 +231,9 @@ class HostPool:
                 trial, created = self._ask(w)
                 queued = A.ROLE in trial.user_attrs and not created
                 role = str(trial.user_attrs.get(A.ROLE, A.SAMPLER))
-                config = w.space.baseline_config() if role == A.BASELINE else \
-                    w.space.launch_config(w.space.suggest(trial))
-                w.recorder.set(w.recorder.slot(trial), **{
+                config = s.space.baseline_config() if role == A.BASELINE else \
+                    s.space.launch_config(s.space.suggest(trial))
+                s.recorder.set(s.recorder.slot(trial), **{
                     A.HOST: w.label, A.GROUP: w.group, A.CONFIG_ID: config.config_id()})
             trials = w.study.get_trials(deepcopy=False)
             if not admitted(trials, trial.number, self.target):
@@ -233,8 +244,8 @@ class HostPool:
                 w.busy = trial.number
                 # the live output numbers trials across all hosts: "(7/24)"
                 done = sum(counts_as_finished(t) for t in trials)
-                w.summary.resumed_from = done - (self.target - self.options.trials) \
-                    - w.summary.finished
+                s.summary.resumed_from = done - (self.target - self.options.trials) \
+                    - s.summary.finished
                 w.record(RUNNING, trial=trial.number)
                 return trial
             self._hand_back(w, trial, queued, f"trial {other} is measuring the same "
@@ -243,13 +254,14 @@ class HostPool:
 
     def _ask(self, w: Worker) -> tuple[Trial, bool]:
         """The study's next trial, or a baseline created for ``w``'s group when it has
-        none (True: created, not asked). Called under the lock."""
+        none (True: created, not asked). Called under the lock. The one place in sweeper
+        that asks the study for a trial."""
         if self.spec.baseline and w.group not in self._with_baseline:
             trials = w.study.get_trials(deepcopy=False)
             if needs_baseline(trials, w.group):
-                slot = w.recorder.new_running({}, {}, {A.ROLE: A.BASELINE})
+                slot = w.session.recorder.new_running({}, {}, {A.ROLE: A.BASELINE})
                 return Trial(w.study, slot.trial_id), True
-            if any(t.user_attrs.get(A.ROLE) == A.BASELINE and t.user_attrs.get(A.GROUP)
+            if any(kind_of(t) == TrialKind.BASELINE and t.user_attrs.get(A.GROUP)
                    == w.group and t.state != TrialState.FAIL for t in trials):
                 self._with_baseline.add(w.group)  # measured or in flight there: settled
         return w.study.ask(), False
@@ -257,22 +269,27 @@ class HostPool:
     def _hand_back(self, w: Worker, trial: Trial, queued: bool, why: str) -> None:
         """Give up a trial before any restart: FAIL (invisible to the sampler), and its
         parameters queued again when they came from the queue."""
-        w.recorder.set(w.recorder.slot(trial), **{A.BACKED_OFF: why})
+        w.session.recorder.set(w.session.recorder.slot(trial), **{A.BACKED_OFF: why})
         if queued:
             requeue(w.study, trial, count_attempt=False)
         w.study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
 
     # --- the loop -----------------------------------------------------------------------
     def run(self) -> SweepSummary:
+        """The trials, until the budget is spent, the time limit passes or the sweep is
+        stopped. The study is not released: the caller goes on (the confirm phase), then
+        calls ``done()``."""
         with storage_guard(self.summary, self.storage_url):
             return self._run()
 
     def _run(self) -> SweepSummary:
         study = self.study
-        self.primary._replay_pending()
+        self.primary.session.replay_pending()
         self.summary.reconciled = reconcile(
-            study, self.primary.recorder, [w.host for w in self.live], self._stop_handle,
-            self.report.line)
+            study, self.primary.session.recorder, [w.session.host for w in self.live],
+            self._stop_handle, self.report.line)
+        for w in self.live:
+            w.session.memory = self._memories.setdefault(w.group, FailureMemory())
         self._load_memory(study)
         budget = Budget.of(study, self.options.trials)
         self.target = budget.target
@@ -282,25 +299,8 @@ class HostPool:
         self.budget = budget
         killpoint("startup")
         self.report.progress(budget.done - budget.start, self.options.trials)
-        deadline = time.monotonic() + self.options.timeout if self.options.timeout else None
-        threads = [threading.Thread(target=self._work, args=(w, deadline), daemon=True,
-                                    name=f"sweeper-{w.label}") for w in self.live]
-        try:
-            with _sigterm_as_interrupt():
-                for t in threads:
-                    t.start()
-                while any(t.is_alive() for t in threads):
-                    for t in threads:
-                        t.join(0.2)
-        except KeyboardInterrupt:
-            self._stop.set()
-            self.summary.stopped_because = "interrupted"
-            for w in self.workers:
-                with contextlib.suppress(Exception):
-                    w.interrupt()
-            raise
-        finally:
-            self._finish()
+        deadline = self.clock() + self.options.timeout if self.options.timeout else None
+        self._run_threads(deadline)
         if self._error is not None:
             raise self._error
         if not self.live and finished_count(study) < self.target:
@@ -309,24 +309,54 @@ class HostPool:
                                + ". Fix the hosts, then run the same command to resume")
         return self.summary
 
+    def _run_threads(self, deadline: float | None) -> None:
+        threads = [threading.Thread(target=self._work, args=(w, deadline), daemon=True,
+                                    name=f"sweeper-{w.label}") for w in self.live]
+        try:
+            with sigterm_as_interrupt():
+                for t in threads:
+                    t.start()
+                while any(t.is_alive() for t in threads):
+                    for t in threads:
+                        t.join(0.2)
+        except KeyboardInterrupt:
+            self._interrupted()
+            raise
+        finally:
+            self._finish()
+
+    def _interrupted(self) -> None:
+        self._stop.set()
+        self.summary.stopped_because = "interrupted"
+        for w in self.workers:
+            with contextlib.suppress(Exception):
+                w.interrupt()
+
     def _load_memory(self, study: optuna.Study) -> None:
-        for t in study.get_trials(deepcopy=False,
-                                  states=(TrialState.COMPLETE, TrialState.PRUNED)):
-            ua = t.user_attrs
-            if A.CONFIG_ID in ua and not ua.get(A.SKIPPED) and not ua.get(A.CONFIRM):
-                for group, memory in self._memories.items():
-                    if ua.get(A.GROUP, group) == group:
-                        memory.add(t.number, ua[A.CONFIG_ID], ua.get(A.EFFECTIVE, {}),
-                                   ua.get(A.FAILURE) if t.state == TrialState.PRUNED else None)
+        """Every group's failure memory, from the trials that ran on a server."""
+        for t in study.get_trials(deepcopy=False):
+            if A.CONFIG_ID in t.user_attrs and ran_on_server(t):
+                self._remember(t)
+
+    def _remember(self, t: FrozenTrial) -> None:
+        ua = t.user_attrs
+        for group, memory in self._memories.items():
+            if ua.get(A.GROUP, group) == group:
+                memory.add(t.number, ua[A.CONFIG_ID], ua.get(A.EFFECTIVE, {}),
+                           ua.get(A.FAILURE) if t.state == TrialState.PRUNED else None)
 
     def _work(self, w: Worker, deadline: float | None) -> None:
         infra = 0  # infrastructure failures in a row on this host
         while not self._stop.is_set():
-            if deadline is not None and time.monotonic() > deadline:
+            if deadline is not None and self.clock() > deadline:
                 self.summary.stopped_because = "timeout"
                 break
             try:
-                outcome = w._one_trial()
+                trial = self.claim(w)
+                step = run_trial(w.session, trial, w.repeats_in_a_row, self.observe)
+                outcome = step.outcome
+                if step.failure:
+                    w.last_failure = step.failure
             except NoRoom:
                 if any(o.busy is not None for o in self.workers if o is not w):
                     w.record(IDLE)
@@ -341,50 +371,64 @@ class HostPool:
                 if not isinstance(exc.__cause__, InfrastructureError):
                     self._abort(exc)
                     break
-                outcome = "failed"  # the configuration's retries are counted per host here
+                # the configuration's retries are counted per host here
+                w.last_failure = f"trial {w.busy}: {exc.__cause__}"
+                outcome = Outcome.FAILED
             except BaseException as exc:  # noqa: BLE001 - a bug or the storage: stop all
                 self._abort(exc)
                 break
             finally:
                 w.busy = None
-            if outcome == "failed":
-                infra += 1
-                if infra > self.spec.sweep.max_retries:
-                    self._retire(w, f"{infra} infrastructure failures in a row, the last: "
-                                    f"{w._last_failure}")
-                    w.runner.stop(best_effort=True)
-                    return
-                w.record(IDLE)
-                self._stop.wait(min(BACKOFF_SECONDS * infra, 5.0))
+            if self._counted(w, outcome, infra):
+                infra = infra + 1 if outcome == Outcome.FAILED else 0
                 continue
-            infra = 0
-            if outcome in ("repeat", "lost"):  # no restart: nothing spent, nothing counted
-                continue
-            w._repeats_in_a_row = 0  # a restart (or a skip): repeats count afresh
-            if outcome == "skipped":
-                with self._lock:
-                    self._skipped += 1
-                    too_many = self._skipped > SKIP_LIMIT_FACTOR * self.options.trials + 100
-                if too_many:
-                    self._abort(SweepAborted(
-                        f"the sampler proposed {self._skipped} configurations known to fail; "
-                        "the space left may be too small or mostly failing: narrow the space "
-                        "in the study file"))
-                    break
-                continue
-            with self._lock:
-                self._consecutive = 0 if outcome == "complete" else self._consecutive + 1
-                consecutive = self._consecutive
-            done = finished_count(w.study) - (self.target - self.options.trials)
-            self.report.progress(max(0, done), self.options.trials)
-            if consecutive >= self.spec.sweep.max_consecutive_failures:
-                self._abort(SweepAborted(
-                    f"{consecutive} trials in a row failed; the last: {w._last_failure}. "
-                    "Check the study's server settings and the hosts, then run the same "
-                    "command to resume"))
-                break
+            if outcome == Outcome.FAILED:
+                return
+            break
         if not w.retired:
             w.record(DONE)
+
+    def _counted(self, w: Worker, outcome: Outcome, infra: int) -> bool:
+        """Count one trial's outcome; False when the loop stops here (for ``w`` alone
+        when it was retired, for every worker when the sweep was aborted)."""
+        if outcome == Outcome.FAILED:
+            infra += 1
+            if infra > self.spec.sweep.max_retries:
+                self._retire(w, f"{infra} infrastructure failures in a row, the last: "
+                                f"{w.last_failure}")
+                w.session.measurer.stop(best_effort=True)
+                return False
+            w.record(IDLE)
+            self._stop.wait(min(BACKOFF_SECONDS * infra, 5.0))
+            return True
+        if outcome in (Outcome.REPEAT, Outcome.LOST):  # no restart: nothing spent, counted
+            if outcome == Outcome.REPEAT:
+                w.repeats_in_a_row += 1
+            return True
+        w.repeats_in_a_row = 0  # a restart (or a skip): repeats count afresh
+        if outcome == Outcome.SKIPPED:
+            with self._lock:
+                self._skipped += 1
+                too_many = self._skipped > skip_limit(self.options.trials)
+            if too_many:
+                self._abort(SweepAborted(
+                    f"the sampler proposed {self._skipped} configurations known to fail; "
+                    "the space left may be too small or mostly failing: narrow the space "
+                    "in the study file"))
+                return False
+            return True
+        with self._lock:
+            self._consecutive = 0 if outcome == Outcome.COMPLETE else self._consecutive + 1
+            consecutive = self._consecutive
+        done = finished_count(w.study) - (self.target - self.options.trials)
+        self.report.progress(max(0, done), self.options.trials)
+        if consecutive >= self.spec.sweep.max_consecutive_failures:
+            self._abort(SweepAborted(
+                f"{consecutive} trials in a row failed; the last: {w.last_failure}. "
+                "Check the study's server settings and the hosts, then run the same "
+                "command to resume"))
+            return False
+        return True
 
     def _abort(self, exc: BaseException) -> None:
         if self._error is None:
@@ -394,8 +438,8 @@ class HostPool:
 
     def _stop_handle(self, handle: ServerHandle) -> None:
         """Stop a server an earlier sweeper left, through the worker of its host."""
-        w = next((w for w in self.workers if w.host.name == handle.host), self.primary)
-        w.runner.manager.stop(handle, grace=self.spec.server.stop_grace)
+        w = next((w for w in self.workers if w.session.host.name == handle.host), self.primary)
+        w.session.stop_handle(handle)
 
     # --- the end ------------------------------------------------------------------------
     def _finish(self) -> None:
@@ -408,21 +452,23 @@ class HostPool:
             if s.stopped_because == "timeout" and done < self.target:
                 self.study.set_user_attr(A.BUDGET, None)
         for w in self.workers:
-            if not hasattr(w, "study"):
+            if not w.session.opened:
                 continue
-            if s.stopped_because == "interrupted":
-                w.summary.stopped_because = "interrupted"
+            ws = w.session.summary
+            if s.stopped_because in ("interrupted", "storage"):
+                ws.stopped_because = s.stopped_because
             with contextlib.suppress(Exception):
-                w._finish()
-            ws = w.summary
+                w.session.finish()
             s.finished += ws.finished
             s.complete += ws.complete
             s.pruned.update(ws.pruned)
             s.skipped += ws.skipped
+            s.repeats += ws.repeats
             s.failed += ws.failed
             s.retried += ws.retried
-        s.best, s.baseline = self.primary.summary.best, self.primary.summary.baseline
-        s.kept_server = self.primary.summary.kept_server
+        s.best, s.baseline = self.primary.session.summary.best, \
+            self.primary.session.summary.baseline
+        s.kept_server = self.primary.session.summary.kept_server
 
     def done(self) -> None:
         """The command finished what it set out to do (its confirm phase included): nothing
@@ -431,12 +477,12 @@ class HostPool:
         if finished_count(self.study) >= self.target:
             self.study.set_user_attr(A.BUDGET, None)
         for w in self.workers:
-            if hasattr(w, "lock"):
+            if w.session.opened:
                 with contextlib.suppress(Exception):
-                    w.close()
+                    w.session.close()
 
     def describe_hosts(self) -> str:
         """``local:30001 (NVIDIA L40S), gpu-2 (NVIDIA H200)`` for the opening line."""
-        return ", ".join(f"{w.host.name if len(self.workers) == 1 else w.label}"
+        return ", ".join(f"{w.session.host.name if len(self.workers) == 1 else w.label}"
                          + (f" ({w.group})" if w.group and len(self.workers) > 1 else "")
                          for w in self.live)

@@ -1,0 +1,29 @@
+"""What a sweep did, in figures: what the loop counts and ``print_summary`` shows."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import sweeper.results.verdict as R
+from sweeper.remote.server import ServerHandle
+
+
+@dataclass
+class SweepSummary:
+    study: str
+    storage: str
+    finished: int = 0
+    complete: int = 0
+    pruned: Counter[str] = field(default_factory=Counter)
+    skipped: int = 0
+    repeats: int = 0  # accidental repeats resolved without a restart
+    failed: int = 0
+    retried: int = 0
+    reconciled: int = 0
+    stopped_because: str = "budget"
+    best: R.ConfigResult | None = None
+    baseline: R.ConfigResult | None = None
+    kept_server: ServerHandle | None = None
+    simulated: bool = False
+    resumed_from: int = 0
