@@ -49,9 +49,13 @@ class LocalHost(Host):
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(exit_path)
-        with open(log_path, "ab") as log:
+        # the log is the owner's only (0600): a server's output can name paths and users
+        fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.fchmod(fd, 0o600)
+        # the environment goes through Popen's env: on no command line (envfile.py)
+        with os.fdopen(fd, "ab") as log:
             proc = subprocess.Popen(
-                ["bash", "-c", DETACH_WRAPPER, "sweeper-wrap", exit_path, *argv],
+                ["bash", "-c", DETACH_WRAPPER, "sweeper-wrap", exit_path, "", *argv],
                 cwd=cwd, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
