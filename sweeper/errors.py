@@ -97,6 +97,13 @@ class ServerErrorResponse(BenchmarkTransportError):
         self.body = body  # the last response body, kept with the trial's log
 
 
+class HostStorageError(InfrastructureError):
+    """The study's run folder on the host cannot take a server's log (unwritable, or the
+    node's disk full): the host's fault, never the configuration's."""
+
+    kind = "host_storage"
+
+
 class CommandTimeout(InfrastructureError):
     """A host command did not finish within its timeout (it was killed on the host)."""
 

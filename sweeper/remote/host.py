@@ -24,10 +24,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-# The detached wrapper: runs argv, then records its exit code in a file.
-# Usage: bash -c WRAPPER sweeper-wrap EXIT_PATH ARGV...
-DETACH_WRAPPER = 'exit_path="$1"; shift; "$@"; echo $? > "$exit_path"'
-
+# The detached wrapper (envfile.py): reads the environment from a private file, runs argv,
+# then records its exit code in a file.
+from sweeper.remote.envfile import DETACH_WRAPPER  # noqa: F401 - re-exported
 
 # Bind addresses that mean "every interface": a client reaches such a server on loopback.
 WILDCARDS = frozenset({"", "0.0.0.0", "::", "*"})

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from sweeper.errors import CommandTimeout
+from sweeper.errors import CommandTimeout, HostStorageError
 from sweeper.remote.host import DETACH_WRAPPER, CommandResult, Host, connect_address
 
 
@@ -46,12 +46,20 @@ class LocalHost(Host):
 
     def start_detached(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str,
                        log_path: str, exit_path: str) -> int:
-        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(exit_path)
-        with open(log_path, "ab") as log:
+        try:
+            Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(exit_path)
+            # the log is the owner's only (0600): a server's output can name paths and users
+            fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            os.fchmod(fd, 0o600)
+        except OSError as exc:  # an unwritable or full run folder: the host's fault
+            raise HostStorageError(f"local: cannot create {log_path}: {exc.strerror}; "
+                                   "check the run folder and the disk") from exc
+        # the environment goes through Popen's env: on no command line (envfile.py)
+        with os.fdopen(fd, "ab") as log:
             proc = subprocess.Popen(
-                ["bash", "-c", DETACH_WRAPPER, "sweeper-wrap", exit_path, *argv],
+                ["bash", "-c", DETACH_WRAPPER, "sweeper-wrap", exit_path, "", *argv],
                 cwd=cwd, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )

@@ -14,11 +14,11 @@ from dataclasses import asdict, dataclass
 
 import httpx
 
-from sweeper.errors import ConfigurationFailure, PortBusy, SweeperError
+from sweeper.errors import ConfigurationFailure, HostStorageError, PortBusy, SweeperError
 from sweeper.launch import LaunchConfig
 from sweeper.measure.logs import INFRASTRUCTURE_KINDS, classify_failure_line
 from sweeper.remote.host import Host
-from sweeper.remote.workdir import MARKER, next_start
+from sweeper.remote.workdir import MARKER, check_run_dir, next_start
 
 POLL_SECONDS = 0.2
 LOG_TAIL_BYTES = 6000
@@ -74,6 +74,7 @@ class ServerManager:
             raise PortBusy(
                 f"{self.host.name}: port {config.port} is already in use by a process sweeper "
                 f"did not start; stop it or set server.port to a free port")
+        check_run_dir(self.host, self.workdir)  # a full disk is the host's, not the config's
         name = next_start(self.host, self.workdir, tag)
         log_path = f"{self.workdir}/{name}.log"
         exit_path = f"{self.workdir}/{name}.exit"
@@ -113,6 +114,13 @@ class ServerManager:
         if found is not None and found.kind in INFRASTRUCTURE_KINDS:
             return PortBusy(f"{self.host.name}: the server exited {when} (exit code {code}): "
                             f"{found.line[:200]}; another process holds port {handle.port}")
+        if found is None and not tail.strip() and code is None:
+            # nothing written at all, not even the wrapper's exit code: the run folder
+            # could not be written (or the disk is full), which no configuration causes
+            return HostStorageError(
+                f"{self.host.name}: the server exited {when} leaving no output and no exit "
+                f"code in {self.workdir}: the run folder is unwritable or the node's disk "
+                "is full")
         kind = found.kind if found is not None else "crash"
         line = found.line if found is not None else next(
             (ln.strip() for ln in reversed(tail.splitlines()) if ln.strip()), "no output")

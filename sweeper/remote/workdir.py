@@ -16,10 +16,21 @@ from __future__ import annotations
 
 import re
 
+from sweeper.errors import HostStorageError
 from sweeper.remote.host import Host
 from sweeper.study.base import storage_key
 
 MARKER = "SWEEPER_SERVER"
+# Free space a start needs in the run folder: a server's log grows by megabytes a minute
+# at SGLang's default verbosity, and a start whose log cannot be written leaves nothing to
+# classify (no output, no exit code), which must never be blamed on its configuration.
+MIN_FREE_BYTES = 16 * 1024 * 1024
+
+# Writes a byte in the folder (creating a file is not enough: a full disk still has
+# inodes), removes it, prints the free kilobytes there.
+_PROBE = ('cd -- "$1" || exit 3; t=$(mktemp ./.sweeper-probe.XXXXXX) || exit 4; '
+          'printf x > "$t" || { rm -f -- "$t"; exit 5; }; rm -f -- "$t"; '
+          'df -Pk . | awk \'NR == 2 {print $4}\'')
 
 
 def run_dir(host_workdir: str | None, storage_url: str, study: str) -> str:
@@ -55,3 +66,20 @@ def remove_run_dir(host: Host, directory: str) -> None:
         host.run(["sh", "-c", 'rm -rf -- "$HOME/$1"', "sh", directory[2:]], timeout=60)
     else:
         host.run(["rm", "-rf", "--", directory], timeout=60)
+
+
+def check_run_dir(host: Host, directory: str, min_free: int = MIN_FREE_BYTES) -> None:
+    """Before a start: the run folder takes a write and has ``min_free`` bytes free, else
+    HostStorageError naming the host, the folder and which ("disk full on the node")."""
+    result = host.run(["sh", "-c", _PROBE, "sh", directory], timeout=30)
+    where = f"{host.name}: the run folder {directory}"
+    text = result.stdout.strip()
+    if result.exit_code == 5 or (result.exit_code == 0 and text.isdigit()
+                                 and int(text) * 1024 < min_free):
+        free = f"{int(text) // 1024} MiB free" if text.isdigit() else "no space left"
+        raise HostStorageError(f"{where}: disk full on the node ({free}, a start needs "
+                               f"{min_free // (1024 * 1024)} MiB): free space there")
+    if result.exit_code != 0:
+        raise HostStorageError(f"{where} cannot be written (exit {result.exit_code}: "
+                               f"{result.stderr.strip()[-200:] or 'no message'}): check its "
+                               "permissions and attributes (chattr), and the disk")

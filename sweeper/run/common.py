@@ -1,11 +1,13 @@
 """What the trial loop (run/workers.py) and a host's session (run/session.py) share: the
 options of a sweep, its summary, the study's first host, and the two guards around the
-loop (SIGTERM as Ctrl-C; a failing storage as one line)."""
+loop (SIGTERM and SIGHUP as Ctrl-C; a failing storage as one line)."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import stat
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -72,16 +74,35 @@ def storage_guard(summary: SweepSummary, storage_url: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM takes the Ctrl-C path: the trial is recorded, the server stopped."""
+    """SIGTERM and SIGHUP (the terminal closed) take the Ctrl-C path: the trial is recorded
+    and queued again, the server stopped. After a hang-up the terminal is gone: output goes
+    to /dev/null from then on, so writing a line cannot stop the clean-up half-way."""
     def handler(signum: int, frame: object) -> None:
+        if signum == signal.SIGHUP:
+            _detach_from_terminal()
         raise KeyboardInterrupt
 
+    # under nohup a hang-up is ignored on purpose: leave it so
+    signals = [signal.SIGTERM] + ([signal.SIGHUP] if signal.getsignal(signal.SIGHUP)
+                                  is not signal.SIG_IGN else [])
     try:
-        previous = signal.signal(signal.SIGTERM, handler)
+        previous = {sig: signal.signal(sig, handler) for sig in signals}
     except ValueError:  # not the main thread (tests may drive a sweep from a thread)
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _detach_from_terminal() -> None:
+    with contextlib.suppress(OSError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        for fd in (1, 2):
+            # a terminal (isatty may already fail on a hung-up one: a character device)
+            with contextlib.suppress(OSError):
+                if stat.S_ISCHR(os.fstat(fd).st_mode):
+                    os.dup2(null, fd)
+        os.close(null)

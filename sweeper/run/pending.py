@@ -44,17 +44,41 @@ STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, 
                             errno.EPERM})
 
 
+class NotStored(Exception):
+    """A write the storage answered without an error but did not keep: read back, the trial
+    is not what was written (Optuna's RDB storage returns False from a finishing write on an
+    integrity error instead of raising)."""
+
+
 def is_storage_error(exc: BaseException) -> bool:
     """An exception that a failing storage raises (SQLAlchemy through Optuna, or a file)."""
     import sqlalchemy.exc
 
+    if isinstance(exc, NotStored):
+        return True
     if isinstance(exc, optuna.exceptions.StorageInternalError | sqlalchemy.exc.SQLAlchemyError):
         return True
     return isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS
 
 
+def stored_as(storage: optuna.storages.BaseStorage, trial_id: int, state: TrialState,
+              values: list[float] | None) -> FrozenTrial:
+    """Read the trial back: raise NotStored unless it holds ``state`` and ``values``."""
+    got = storage.get_trial(trial_id)
+    if got.state != state:
+        raise NotStored(f"the storage did not take the write: trial {got.number} is "
+                        f"{got.state.name}, not {state.name}")
+    if values is not None and [float(v) for v in (got.values or [])] != \
+            [float(v) for v in values]:
+        raise NotStored(f"the storage did not take the write: trial {got.number} holds "
+                        f"the values {got.values}, not {values}")
+    return got
+
+
 def cause_of(exc: BaseException) -> str:
     """The storage's own words, one line ("disk I/O error", "database or disk is full")."""
+    if isinstance(exc, NotStored):
+        return str(exc)
     seen: BaseException | None = exc
     while seen is not None:
         orig = getattr(seen, "orig", None)  # SQLAlchemy's DBAPI error
@@ -167,21 +191,33 @@ def replay(study: optuna.Study, storage: optuna.storages.BaseStorage, storage_ur
            mark_replayed: Callable[[int, int], None], line: Callable[[str], None]) -> int:
     """Write every pending measurement of this study into the storage. ``upload(trial_id,
     artifact)`` stores one artifact; ``mark_replayed(old_number, new_number)`` ends the
-    trial the failed run left RUNNING. Returns how many were written."""
+    trial the failed run left RUNNING. Returns how many were written.
+
+    A replay is found again by its id (``REPLAY_ID``): one that an earlier run created but
+    could not finish (a storage that took the small writes, not the value) is finished
+    here, never created twice. The file is deleted only once the trial, read back, is
+    finished with its values."""
     done = 0
     study_id = storage.get_study_id_from_name(study.study_name)
-    written = {t.user_attrs.get(REPLAY_ID): t.number
+    written = {t.user_attrs.get(REPLAY_ID): t
                for t in study.get_trials(deepcopy=False) if REPLAY_ID in t.user_attrs}
     for path, record in load(storage_url, study.study_name):
-        if record.rid in written:  # written by a run that stopped before removing the file
-            path.unlink(missing_ok=True)
-            continue
+        state = TrialState[record.state]
+        values = record.values if record.state == "COMPLETE" else None
+        earlier = written.get(record.rid)
+        if earlier is not None and earlier.state.is_finished() and earlier.state != state:
+            earlier = None  # closed by someone else before it was finished: write it anew
         try:
-            trial_id = storage.create_new_trial(study_id, template_trial=record.frozen())
+            if earlier is not None:  # created by an earlier run: finished, or half-written
+                trial_id = storage.get_trial_id_from_study_id_trial_number(study_id,
+                                                                           earlier.number)
+            else:
+                trial_id = storage.create_new_trial(study_id, template_trial=record.frozen())
             number = storage.get_trial(trial_id).number
-            for artifact in record.artifacts:
-                upload(trial_id, artifact)
-            record.finish(storage, trial_id)
+            if earlier is None or earlier.state != state:
+                _upload_missing(storage, trial_id, record, upload)
+                record.finish(storage, trial_id)
+            stored_as(storage, trial_id, state, values)
             mark_replayed(record.number, number)
         except Exception as exc:
             if is_storage_error(exc):
@@ -191,7 +227,21 @@ def replay(study: optuna.Study, storage: optuna.storages.BaseStorage, storage_ur
                     "then run the same command again", kept=path) from exc
             raise
         path.unlink(missing_ok=True)
+        if earlier is not None and earlier.state == state:
+            continue  # written by a run that stopped before removing the file
         done += 1
         line(f"trial {record.number}: its measurement, kept on disk when the storage failed, "
              f"is now trial {number}")
     return done
+
+
+def _upload_missing(storage: optuna.storages.BaseStorage, trial_id: int, record: Pending,
+                    upload: Callable[[int, dict[str, str]], None]) -> None:
+    """The kept artifacts the trial does not hold yet (a half-written replay may hold some)."""
+    from optuna.artifacts import get_all_artifact_meta
+
+    have = {m.filename for m in get_all_artifact_meta(storage.get_trial(trial_id),
+                                                      storage=storage)}
+    for artifact in record.artifacts:
+        if artifact["name"] not in have:
+            upload(trial_id, artifact)

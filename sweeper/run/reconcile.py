@@ -81,6 +81,8 @@ def reconcile(study: optuna.Study, recorder: Recorder, host: Host | Sequence[Hos
         study.set_user_attr(A.KEPT_SERVER, None)
     n = 0
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if A.REPLAY_ID in t.user_attrs:
+            continue  # a kept measurement half written in: the run holding its file ends it
         owner = t.user_attrs.get(A.OWNER) or {}
         if not owner and t.datetime_start is not None and \
                 datetime.now() - t.datetime_start < UNOWNED_GRACE:

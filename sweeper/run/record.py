@@ -191,6 +191,10 @@ class Recorder:
                 self.study.tell(slot.number, objective if len(objective) > 1 else objective[0])
             else:
                 self.study.tell(slot.number, state=state)
+            # tell can return without keeping anything (Optuna swallows an integrity error):
+            # only the trial read back says the measurement is stored
+            pending.stored_as(self.storage, slot.trial_id, state,
+                              objective if state == TrialState.COMPLETE else None)
         except Exception as exc:
             if not pending.is_storage_error(exc):
                 raise

@@ -19,9 +19,11 @@ violation one StudyError naming the key (its value shortened):
 - ``MAX_INT_DIGITS`` (30 digits): Python refuses to read integers of more than 4300 digits
   with a ValueError, and no setting needs more than 20;
 
-then constructed into plain Python data. A value PyYAML cannot construct (a timestamp such
-as 2024-13-45) is one line naming its key too. The length of the server's command line,
-which depends on the whole study, is bounded by load.py (``MAX_COMMAND``, 64 KiB).
+A key written twice in one mapping is refused, naming both lines (PyYAML would keep the
+last without a word). Then constructed into plain Python data. A value PyYAML cannot
+construct (a timestamp such as 2024-13-45) is one line naming its key too. The length of
+the server's command line, which depends on the whole study, is bounded by load.py
+(``MAX_COMMAND``, 64 KiB).
 """
 
 from __future__ import annotations
@@ -169,6 +171,7 @@ def _expansion(root: Node, loader: yaml.SafeLoader) -> tuple[dict[int, int], dic
             for i, child in enumerate(node.value):
                 n += walk(child, [*path, f"[{i}]"])
         elif isinstance(node, MappingNode):
+            _no_duplicate_keys(node, path)
             for k, v in node.value:
                 n += walk(k, [*path, _KEY]) + walk(v, [*path, _part(k)])
         active.discard(key)
@@ -177,6 +180,22 @@ def _expansion(root: Node, loader: yaml.SafeLoader) -> tuple[dict[int, int], dic
 
     walk(root, [])
     return sizes, refs
+
+
+def _no_duplicate_keys(node: MappingNode, path: list[str]) -> None:
+    """PyYAML keeps the last of two equal keys without a word: two ``name:`` lines would
+    sweep into the second study. Refused, naming the key and both lines. (A merge key
+    ``<<`` is YAML's own way of overriding and is left to it.)"""
+    seen: dict[str, int] = {}
+    for k, _ in node.value:
+        if not isinstance(k, ScalarNode) or k.tag == "tag:yaml.org,2002:merge":
+            continue
+        line = k.start_mark.line + 1
+        if k.value in seen:
+            key = _join([*path, _part(k)])
+            raise _Refused(key, f"the key is written twice (lines {seen[k.value]} and {line}); "
+                           "YAML would silently keep the second", "keep one of them")
+        seen[k.value] = line
 
 
 def _build_scalar(loader: yaml.SafeLoader, node: Node, path: list[str]) -> None:

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import ipaddress
 import re
 import shlex
 import sys
+import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -222,6 +224,44 @@ def _command_chars(path: Path, hosts: list[HostSpec], server: ServerSpec,
              "shorten it")
 
 
+# Bind addresses meaning "every interface" (remote/host.py's WILDCARDS, less the empty one)
+_WILDCARDS = frozenset({"0.0.0.0", "::", "*"})
+_HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+
+
+def is_address(text: str) -> bool:
+    """An IP address (v4, v6, or a wildcard) or a DNS host name: what a socket can bind or
+    resolve. Anything else (``127.0.0.1;touch x``) would reach a resolver or a remote
+    command and fail there with a traceback."""
+    if text in _WILDCARDS:
+        return True
+    with contextlib.suppress(ValueError):
+        ipaddress.ip_address(text.strip("[]"))
+        return True
+    name = text.removesuffix(".")
+    return 0 < len(name) <= 253 and all(_HOST_LABEL.match(p) for p in name.split("."))
+
+
+def _http_url(url: str) -> bool:
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port  # ValueError when out of range or not a number
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and \
+        is_address(parts.hostname) and (port is None or 1 <= port <= 65535)
+
+
+def _check_path(path: Path, key: str, value: str) -> None:
+    """A folder on the host: a path, never a control character (a newline would end the
+    remote command that creates it)."""
+    if not value.strip():
+        fail(path, key, "empty", "give a folder on the host, e.g. ~/.sweeper/NAME")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        fail(path, key, f"{show(value, key)} holds a control character",
+             "write the folder's path on one line, without control characters")
+
+
 def _check_storage(path: Path, url: str) -> str:
     if not url.startswith(_STORAGE_SCHEMES):
         fail(path, "storage", f"unsupported storage URL {show(public_url(url))}",
@@ -309,9 +349,12 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
         if not python.strip():
             fail(path, f"hosts[{i}].python", "empty", "give the python that runs SGLang")
         _check_program(path, f"hosts[{i}].python", python)
-        if h.url is not None and not re.match(r"^https?://[^\s/]+", h.url):
-            fail(path, f"hosts[{i}].url", f"{show(h.url)} is not an http(s) URL",
-                  "write e.g. http://gpu-node-1:8000 or remove it")
+        if h.url is not None and not _http_url(h.url):
+            fail(path, f"hosts[{i}].url", f"{show(h.url)} is not an http(s) URL of a host "
+                 "name or address and a port from 1 to 65535",
+                 "write e.g. http://gpu-node-1:8000 or remove it")
+        if h.workdir is not None:
+            _check_path(path, f"hosts[{i}].workdir", h.workdir)
         hosts.append(h.model_copy(update={"workdir": h.workdir or f"~/.sweeper/{name}",
                                           "python": python}))
 
@@ -322,6 +365,9 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
     _check_program(path, "server.launcher", server.launcher)
     if not server.host.strip():
         fail(path, "server.host", "empty bind address", "use 127.0.0.1 or 0.0.0.0")
+    if not is_address(server.host):
+        fail(path, "server.host", f"{show(server.host)} is neither an IP address nor a host "
+             "name", "use 127.0.0.1, 0.0.0.0 or the name of one of the node's interfaces")
     for flag, value in server.args.items():
         _check_flag_name(path, f"server.args.{flag}", flag)
         _check_arg_value(path, f"server.args.{flag}", value)

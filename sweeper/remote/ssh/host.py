@@ -18,6 +18,8 @@ from typing import TypeVar
 import paramiko
 
 from sweeper.errors import CommandTimeout, ConnectionLost, InfrastructureError
+from sweeper.remote import envfile
+from sweeper.remote.envfile import env_path_for
 from sweeper.remote.host import DETACH_WRAPPER, CommandResult, Host, connect_address
 from sweeper.remote.ssh.config import load_ssh_config, resolve_chain
 from sweeper.remote.ssh.procnet import port_listened
@@ -90,8 +92,10 @@ class SSHHost(Host):
 
     # commands --------------------------------------------------------------------------
 
-    def run_shell(self, command: str, *, timeout: float = 60.0) -> CommandResult:
-        """Run a shell string already built from quoted parts (internal; prefer ``run``)."""
+    def run_shell(self, command: str, *, timeout: float = 60.0,
+                  stdin: bytes = b"") -> CommandResult:
+        """Run a shell string already built from quoted parts (internal; prefer ``run``).
+        ``stdin`` is sent, then EOF: data that must not appear on a command line."""
         with self.session.lost(f"`{command}`"):
             chan = self.session.open_session()
         out: list[bytes] = []
@@ -100,7 +104,9 @@ class SSHHost(Host):
         try:
             with self.session.lost(f"`{command}`"):
                 chan.exec_command(command)
-                chan.shutdown_write()  # stdin = EOF, like </dev/null
+                if stdin:
+                    chan.sendall(stdin)
+                chan.shutdown_write()  # then EOF, like </dev/null
                 code = self._drain(chan, out, err, deadline, command, timeout)
                 if code == -1 and not self.session.transport_active():
                     # paramiko's "no status": the session died, e.g. sshd killed
@@ -178,18 +184,27 @@ class SSHHost(Host):
         The command returns as soon as the job is forked (no pty, own session), so the job
         survives the SSH session. ``cd`` is a separate statement: ``cd x && setsid ... &``
         would background a subshell that holds the channel open.
+
+        The environment travels on the channel's stdin into a 0600 file that the wrapper
+        reads and removes (envfile.py): never on a command line, where every user of the
+        node would read it in ``ps``. The log is created 0600 too.
         """
         wrapped = shlex.join(["bash", "-c", DETACH_WRAPPER, "sweeper-wrap"])
-        inner = shlex.join([*env_argv(env), *argv])
+        inner = shlex.join(list(argv))
         log_dir = posixpath.dirname(log_path) or "."
+        env_path = env_path_for(log_path)
+        data = envfile.encode(env)
         script = (
             f"mkdir -p -- {remote_path(log_dir)} || exit 1; "
-            f"rm -f -- {remote_path(exit_path)}; "
+            f"rm -f -- {remote_path(exit_path)} {remote_path(env_path)}; "
+            f"(umask 077 && : >> {remote_path(log_path)} && "
+            f"chmod 600 -- {remote_path(log_path)} && "
+            f"cat > {remote_path(env_path)}) || exit 1; "
             f"cd -- {remote_path(cwd)} || exit 1; "
-            f"setsid nohup {wrapped} {remote_path(exit_path)} {inner} "
+            f"setsid nohup {wrapped} {remote_path(exit_path)} {remote_path(env_path)} {inner} "
             f">>{remote_path(log_path)} 2>&1 </dev/null & echo $!"
         )
-        result = self.run_shell(self._bounded(script, 30), timeout=40)
+        result = self.run_shell(self._bounded(script, 30), timeout=40, stdin=data)
         pid_text = result.stdout.strip()
         if result.exit_code != 0 or not pid_text.isdigit():
             raise InfrastructureError(

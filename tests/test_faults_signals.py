@@ -1,0 +1,50 @@
+"""Closing the terminal (SIGHUP) is handled as SIGTERM: the trial is recorded and queued
+again, the server stopped, the lock released. Real parts: the CLI, the simulator, SQLite."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from optuna.trial import TrialState
+
+from .conftest import ROOT, group_alive, wait_for
+from .test_resilience import _ctrl_c_as_at_a_terminal, load, mid_benchmark
+
+
+def _as_at_a_terminal() -> None:
+    # a suite run under nohup would hand the sweeper SIGHUP ignored (which it respects)
+    _ctrl_c_as_at_a_terminal()
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+def start_sweep(study_file: Path, trials: int) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "sweeper", "optimize", "--study",
+                             str(study_file), "--trials", str(trials)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=_as_at_a_terminal)
+
+
+def test_sighup_records_requeues_and_stops_the_server(make_study, tmp_path: Path
+                                                      ) -> None:  # noqa: ANN001
+    study_file = make_study(benchmark={"max_tokens": 400, "runs": 3, "warmup": 1})
+    db = tmp_path / "t.db"
+    proc = start_sweep(study_file, 3)
+    try:
+        victim = wait_for(lambda: mid_benchmark(db, proc), 60, "a trial mid-way")
+        os.kill(proc.pid, signal.SIGHUP)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, f"trial {victim.number}\n{out}\n{err}"
+    study = load(db)
+    t = next(t for t in study.get_trials() if t.number == victim.number)
+    assert t.state == TrialState.FAIL and t.user_attrs["failure"] == "interrupted"
+    assert any(w.params == victim.params and w.user_attrs.get("retry_of") == victim.number
+               for w in study.get_trials(states=(TrialState.WAITING,)))
+    assert not group_alive(victim.user_attrs["server"]["pgid"]), "the server was stopped"
+    assert not study.get_trials(states=(TrialState.RUNNING,))
