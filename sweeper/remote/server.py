@@ -16,7 +16,8 @@ import httpx
 
 from sweeper.errors import ConfigurationFailure, PortBusy, SweeperError
 from sweeper.launch import LaunchConfig
-from sweeper.measure.logs import INFRASTRUCTURE_KINDS, classify_failure_line
+from sweeper.measure.logs import INFRASTRUCTURE_KINDS, Classified, classify_failure_line
+from sweeper.remote.container import OOM_NOTE
 from sweeper.remote.host import Host
 from sweeper.remote.workdir import MARKER, next_start
 
@@ -113,6 +114,10 @@ class ServerManager:
         if found is not None and found.kind in INFRASTRUCTURE_KINDS:
             return PortBusy(f"{self.host.name}: the server exited {when} (exit code {code}): "
                             f"{found.line[:200]}; another process holds port {handle.port}")
+        oom = next((ln.strip() for ln in tail.splitlines() if OOM_NOTE in ln), None)
+        if oom is not None and (found is None or found.kind == "crash"):
+            # the container runtime saw the kernel's OOM killer end it (remote/container.py)
+            found = Classified("oom", oom)
         kind = found.kind if found is not None else "crash"
         line = found.line if found is not None else next(
             (ln.strip() for ln in reversed(tail.splitlines()) if ln.strip()), "no output")

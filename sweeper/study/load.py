@@ -304,8 +304,9 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
                  f"{h.port or raw.server.port}", "list each host once, or give each entry "
                  "its own port (hosts[i].port)")
         seen_hosts.add(where)
+        # in a container, the image's python; on this machine, the sweeper's own
         python = h.python if h.python is not None else (
-            sys.executable if h.is_local else "python3")
+            sys.executable if h.is_local and h.container is None else "python3")
         if not python.strip():
             fail(path, f"hosts[{i}].python", "empty", "give the python that runs SGLang")
         _check_program(path, f"hosts[{i}].python", python)
