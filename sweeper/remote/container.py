@@ -39,6 +39,7 @@ from sweeper.errors import CommandTimeout, InfrastructureError, PreflightError
 from sweeper.remote.host import CommandResult, Host
 from sweeper.remote.workdir import MARKER
 from sweeper.study.container import ContainerSpec
+from sweeper.study.slurm import SlurmSpec
 
 # Labels every server container carries (``docker ps --filter label=...`` finds them).
 LABEL_SERVER = "sweeper.server"  # <study key>@<host label>:<start>, as SWEEPER_SERVER
@@ -271,6 +272,14 @@ class ContainerHost(Host):
         self.inner.close()
 
 
-def with_container(host: Host, spec: ContainerSpec | None) -> Host:
-    """``host`` itself, or a ContainerHost around it when the study gives a container."""
-    return host if spec is None else ContainerHost(host, spec)
+def wrap_host(host: Host, container: ContainerSpec | None = None,
+              slurm: SlurmSpec | None = None) -> Host:
+    """``host`` itself, or the host that starts its servers in a container (ContainerHost)
+    or as Slurm job steps (remote/slurm.py) when the study's host entry says so."""
+    if container is not None:
+        return ContainerHost(host, container)
+    if slurm is not None:
+        from sweeper.remote.slurm import SlurmHost
+
+        return SlurmHost(host, slurm)
+    return host

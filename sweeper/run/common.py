@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import sweeper.results.verdict as R
 from sweeper.errors import InputError, SweeperError
 from sweeper.remote import Host, LocalHost
-from sweeper.remote.container import with_container
+from sweeper.remote.container import wrap_host
 from sweeper.remote.server import ServerHandle
 from sweeper.run import pending
 from sweeper.study import StudySpec, placeholder_message
@@ -60,12 +60,13 @@ def open_host(spec: StudySpec) -> tuple[Host, str]:
     """The study's first host and the python that ``{python}`` stands for on it."""
     hspec = spec.hosts[0]
     if hspec.is_local:
-        return with_container(LocalHost(), hspec.container), hspec.python or sys.executable
+        return wrap_host(LocalHost(), hspec.container, hspec.slurm), \
+            hspec.python or sys.executable
     if hspec.is_placeholder:
         raise InputError(placeholder_message(spec, 0))
     from sweeper.remote.ssh import SSHHost
 
-    return with_container(SSHHost(hspec.ssh), hspec.container), hspec.python or "python3"
+    return wrap_host(SSHHost(hspec.ssh), hspec.container, hspec.slurm), hspec.python or "python3"
 
 
 def storage_fault(exc: BaseException, storage_url: str) -> pending.StorageFault | None:

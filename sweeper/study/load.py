@@ -32,6 +32,7 @@ from pydantic import BaseModel, ValidationError
 
 from sweeper.errors import InputError
 from sweeper.launch import is_secret, is_secret_flag
+from sweeper.remote.host import WILDCARDS
 from sweeper.remote.target import parse_target
 from sweeper.study.base import ENV_PREFIX, RESERVED_FLAGS, fail, public_url, shorten, show, suggest
 from sweeper.study.limits import MAX_COMMAND, parse_yaml, read_study_text
@@ -310,6 +311,13 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
         if not python.strip():
             fail(path, f"hosts[{i}].python", "empty", "give the python that runs SGLang")
         _check_program(path, f"hosts[{i}].python", python)
+        if h.slurm is not None and h.container is not None:
+            fail(path, f"hosts[{i}].slurm", "a host runs its server in a container or as a "
+                 "Slurm job step, not both", f"remove hosts[{i}].container or hosts[{i}].slurm")
+        if h.slurm is not None and raw.server.host not in WILDCARDS:
+            fail(path, "server.host", f"{show(raw.server.host)}: the server runs on a Slurm "
+                 "compute node, which the login node reaches by its address",
+                 "set server.host: 0.0.0.0")
         if h.url is not None and not re.match(r"^https?://[^\s/]+", h.url):
             fail(path, f"hosts[{i}].url", f"{show(h.url)} is not an http(s) URL",
                   "write e.g. http://gpu-node-1:8000 or remove it")

@@ -20,6 +20,7 @@ from sweeper.errors import InputError
 from sweeper.remote.target import SSHTarget, parse_target
 from sweeper.study.base import PLACEHOLDER_PATTERN, Duration
 from sweeper.study.container import ContainerSpec
+from sweeper.study.slurm import SlurmSpec
 
 OBJECTIVES = ("mean", "median", "min")
 _IN_STUDY: ContextVar[bool] = ContextVar("sweeper_validating_study", default=False)
@@ -56,6 +57,8 @@ class HostSpec(_Model):
     port: int | None = Field(None, ge=1, le=65535)
     # Run the server in a container image on this host (study/container.py).
     container: ContainerSpec | None = None
+    # Run the server as a Slurm job step; ``ssh`` is then the login node (study/slurm.py).
+    slurm: SlurmSpec | None = None
 
     @property
     def label(self) -> str:

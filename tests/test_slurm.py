@@ -1,0 +1,122 @@
+"""SGLang behind Slurm: the simulated server runs as a job step of a real single-node Slurm
+cluster (tests/slurmd.py), started, found, reached and cancelled by the sweeper."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+from sweeper.errors import InfrastructureError
+from sweeper.launch import LaunchConfig
+from sweeper.remote import LocalHost, free_port
+from sweeper.remote.server import ServerManager
+from sweeper.remote.slurm import SlurmHost
+from sweeper.study.slurm import SlurmSpec
+
+from .conftest import ROOT, SIM_LAUNCHER, demo_study_data, run_cli, streaming_trial, wait_for
+from .slurmd import PARTITION, Slurm, slurm  # noqa: F401 - the fixture
+from .timeouts import scaled
+
+RING = {"speculative-num-steps": 2, "speculative-eagle-topk": 1,
+        "speculative-num-draft-tokens": 3, "env.NCCL_ALGO": "Ring"}
+
+
+def sweeper_jobs(cluster: Slurm) -> list[str]:
+    return [j for j in cluster.jobs() if j.split("|")[1].startswith("sweeper:")]
+
+
+def slurm_study(tmp: Path, **overrides: Any) -> Path:
+    data = demo_study_data(tmp, **overrides)
+    data["hosts"] = [{"ssh": "local", "python": sys.executable, "workdir": str(tmp / "host"),
+                      "slurm": {"partition": PARTITION, "queue_timeout": "120s"}}]
+    data["server"]["host"] = "0.0.0.0"  # on the compute node, reached at its NodeAddr
+    data["server"]["launcher"] = SIM_LAUNCHER + " --sim-echo-env NCCL_ALGO"
+    path = tmp / "t.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_sweep_of_slurm_steps_kill_9_and_resume_leave_no_job(slurm: Slurm,  # noqa: F811
+                                                             tmp_path: Path) -> None:
+    path = slurm_study(tmp_path, start_from=[RING],
+                       benchmark={"max_tokens": 2000, "runs": 3, "warmup": 0})
+    db = tmp_path / "t.db"
+    proc = subprocess.Popen([sys.executable, "-m", "sweeper", "optimize", "--study", str(path),
+                             "--trials", "2"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env=slurm.env)
+    try:
+        victim = wait_for(lambda: streaming_trial(db), 120, "a trial serving as a Slurm step")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    # and the srun on the "login node": only the job's name can find the server now
+    os.killpg(victim.user_attrs["server"]["pgid"], signal.SIGKILL)
+    time.sleep(0.5)  # let Slurm notice the client is gone, if it were to end the job
+    left = sweeper_jobs(slurm)
+    assert len(left) == 1 and left[0].endswith("|RUNNING"), left
+
+    again = run_cli("optimize", "--study", str(path), "--trials", "2", timeout=300,
+                    env={"SLURM_CONF": str(slurm.conf)})
+    assert again.returncode == 0, again.stderr + again.stdout
+    assert "left running" in again.stdout
+    assert sweeper_jobs(slurm) == [], "no job of the sweep is left in the queue"
+    trials = optuna.load_study(study_name="t", storage=f"sqlite:///{db}").get_trials()
+    assert trials[victim.number].user_attrs["failure"] == "interrupted"
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert len(done) == 2
+    ring = next(t for t in done if t.params.get("env.NCCL_ALGO") == "Ring")
+    # the study's environment reached the step (srun --export=ALL), the output its log
+    log = Path(ring.user_attrs["server"]["log_path"]).read_text()
+    assert "NCCL_ALGO=Ring" in log and "Decode batch" in log
+
+
+def _manager(spec: SlurmSpec, tmp: Path) -> tuple[SlurmHost, ServerManager, LaunchConfig]:
+    host = SlurmHost(LocalHost(), spec)
+    manager = ServerManager(host, str(tmp / "host"), sys.executable, marker="k@local:1")
+    port = free_port()
+    config = LaunchConfig(SIM_LAUNCHER, args={"model-path": "sim/demo-model", "port": port,
+                                              "host": "0.0.0.0"})
+    return host, manager, config
+
+
+def test_queue_time_is_not_startup_time(slurm: Slurm, tmp_path: Path,  # noqa: F811
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
+    startup = scaled(4)
+    queued = int(startup) + 2  # longer in the queue than the whole start-up deadline
+    spec = SlurmSpec(partition=PARTITION, srun_args=[f"--begin=now+{queued}"],
+                     queue_timeout=scaled(120))
+    host, manager, config = _manager(spec, tmp_path)
+    asked = time.monotonic()
+    handle = manager.start(config, "trial-0000")
+    try:
+        assert time.monotonic() - asked >= queued - 1, "start returned before the job ran"
+        with host.forward(config.port, config.bind_host) as url:
+            manager.wait_healthy(handle, url, startup_timeout=startup,
+                                 hang_timeout=startup)
+    finally:
+        manager.stop(handle, grace=5)
+    assert sweeper_jobs(slurm) == []
+
+
+def test_queue_timeout_cancels_the_pending_job(slurm: Slurm, tmp_path: Path,  # noqa: F811
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
+    spec = SlurmSpec(partition=PARTITION, srun_args=["--begin=now+3600"], queue_timeout=2)
+    _, manager, config = _manager(spec, tmp_path)
+    with pytest.raises(InfrastructureError, match="queue_timeout"):
+        manager.start(config, "trial-0000")
+    assert sweeper_jobs(slurm) == [], "the pending job was cancelled"
