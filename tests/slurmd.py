@@ -95,6 +95,7 @@ SwitchType=switch/none
 ReturnToService=2
 KillWait=5
 MinJobAge=2
+SchedulerParameters=sched_interval=1,bf_interval=1
 NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=1000 State=UNKNOWN
 PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 """

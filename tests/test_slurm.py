@@ -49,7 +49,7 @@ def slurm_study(tmp: Path, **overrides: Any) -> Path:
 def test_sweep_of_slurm_steps_kill_9_and_resume_leave_no_job(slurm: Slurm,  # noqa: F811
                                                              tmp_path: Path) -> None:
     path = slurm_study(tmp_path, start_from=[RING],
-                       benchmark={"max_tokens": 2000, "runs": 3, "warmup": 0})
+                       benchmark={"max_tokens": 800, "runs": 2, "warmup": 0})
     db = tmp_path / "t.db"
     proc = subprocess.Popen([sys.executable, "-m", "sweeper", "optimize", "--study", str(path),
                              "--trials", "2"], cwd=ROOT, stdout=subprocess.PIPE,

@@ -35,6 +35,7 @@ from sweeper.launch import is_secret, is_secret_flag
 from sweeper.remote.host import WILDCARDS
 from sweeper.remote.target import parse_target
 from sweeper.study.base import ENV_PREFIX, RESERVED_FLAGS, fail, public_url, shorten, show, suggest
+from sweeper.study.container import ContainerSpec
 from sweeper.study.limits import MAX_COMMAND, parse_yaml, read_study_text
 from sweeper.study.objective import parse_levels, parse_objective
 from sweeper.study.params import env_value, parse_param
@@ -47,6 +48,7 @@ from sweeper.study.sections import (
     SweepSpec,
     validating_study,
 )
+from sweeper.study.slurm import SlurmSpec
 from sweeper.study.spec import StudySpec
 
 _FLAG_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -72,6 +74,7 @@ def _section_keys(loc: Sequence[int | str]) -> list[str]:
     models: dict[tuple[str, ...], type[BaseModel]] = {
         (): StudyFile, ("hosts",): HostSpec, ("server",): ServerSpec,
         ("benchmark",): BenchSpec, ("sweep",): SweepSpec,
+        ("hosts", "container"): ContainerSpec, ("hosts", "slurm"): SlurmSpec,
     }
     model = models.get(tuple(parent))
     return list(model.model_fields) if model else []
