@@ -18,7 +18,7 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from sweeper.errors import ConfigurationFailure
+from sweeper.errors import ConfigurationFailure, InfrastructureError
 from sweeper.launch import LaunchConfig
 from sweeper.remote import LocalHost, free_port
 from sweeper.remote.container import ContainerHost
@@ -236,3 +236,18 @@ def test_sweep_in_a_container_over_ssh(sshd, clean_containers: Dockerd,  # noqa:
     assert "NCCL_ALGO=Ring" in Path(trials["Ring"].user_attrs["server"]["log_path"]).read_text()
     assert trials["CollNetDirect"].user_attrs["failure"] == "nccl"
     assert d.containers() == []
+
+
+def test_a_container_that_never_started_is_not_the_configurations_fault(
+        clean_containers: Dockerd, tmp_path: Path) -> None:  # noqa: F811
+    d = clean_containers
+    # the runtime refuses the run (here: a bad --memory; on a node: no GPU driver...)
+    spec = ContainerSpec(**container_section(d, run_args=[*d.mounts, "--memory", "lots"]))
+    host = ContainerHost(LocalHost(), spec)
+    manager = ServerManager(host, str(tmp_path / "host"), sys.executable, marker="k@local:1")
+    port = free_port()
+    handle = manager.start(LaunchConfig(SIM_LAUNCHER, args={"port": port}), "trial-0000")
+    with pytest.raises(InfrastructureError) as err, host.forward(port) as url:
+        manager.wait_healthy(handle, url, startup_timeout=scaled(60), hang_timeout=scaled(60))
+    assert not isinstance(err.value, ConfigurationFailure)
+    assert "did not start" in str(err.value) and "memory" in str(err.value), err.value

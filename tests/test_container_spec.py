@@ -3,6 +3,7 @@ when it says something else (exit 2, nothing written or started)."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -116,3 +117,18 @@ def test_optimize_refuses_env_in_run_args_before_anything_starts(tmp_path: Path)
     proc = run_cli("optimize", "--study", str(path), "--trials", "1")
     assert_one_line_error(proc, str(path), "hosts[0].container.run_args")
     assert not (tmp_path / "t.db").exists()
+
+
+def test_a_runtime_that_does_not_answer_is_one_line_before_anything_starts(
+        tmp_path: Path) -> None:
+    if shutil.which("docker") is None:
+        pytest.skip("no docker CLI (apt-get install -y docker.io)")
+    absent = tmp_path / "no-daemon.sock"
+    data = study(tmp_path, {"container": {"image": "img", "gpus": "none",
+                                          "runtime_args": ["-H", f"unix://{absent}"]},
+                            "workdir": str(tmp_path / "host")})
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    proc = run_cli("optimize", "--study", str(path), "--trials", "1")
+    assert_one_line_error(proc, "host local", str(absent), "start the container runtime")
+    assert not (tmp_path / "t.db").exists() and not (tmp_path / "host").exists()

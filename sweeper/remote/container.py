@@ -49,6 +49,9 @@ LABEL_PGID = "sweeper.pgid"  # the wrapper's process group on the host
 # What the wrapper writes into the log when `docker inspect` says the kernel's OOM killer
 # ended the container (server.py classifies the start as "oom" from it).
 OOM_NOTE = "OOMKilled=true"
+# ...and when `docker run` itself failed (no such GPU driver, a bad run_args...): the
+# runtime's fault or the host's, not the configuration's (server.py: InfrastructureError).
+NOT_STARTED_NOTE = "the container did not start"
 
 # bash -c WRAPPER sweeper-container NAME ENV_FILE N RUNTIME... M NAMES... RUN_OPTIONS...
 WRAPPER = r"""
@@ -60,12 +63,14 @@ names=("${@:1:$n}"); shift "$n"
 pgid=$(awk '{sub(/^.*\) /, ""); print $3}' "/proc/$$/stat")
 # names only: docker takes each value from this process's environment
 (umask 077 && printf '%s\n' "${names[@]}" > "$env_file") || exit 125
-"${rt[@]}" run -d --name "$name" --label "sweeper.pgid=$pgid" --env-file "$env_file" "$@" \
-  >/dev/null
+out=$("${rt[@]}" run -d --name "$name" --label "sweeper.pgid=$pgid" --env-file "$env_file" \
+  "$@" 2>&1)
 rc=$?
 rm -f -- "$env_file"
 if [ "$rc" -ne 0 ]; then
-  echo "[sweeper] ${rt[0]} run failed (exit $rc): the container did not start"
+  printf '%s\n' "$out"
+  echo "[sweeper] ${rt[0]} run failed (exit $rc), the container did not start:" \
+       "$(printf '%s\n' "$out" | grep -m1 .)"
   exit "$rc"
 fi
 # a TERM to this group (not through ContainerHost) still stops the container
@@ -162,7 +167,12 @@ class ContainerHost(Host):
 
     def marked_groups(self, needle: str) -> set[int]:
         found = set(self.inner.marked_groups(needle))
-        for server, pgid in self._labelled():
+        try:
+            labelled = self._labelled()
+        except InfrastructureError as exc:  # the first runtime call of a sweep: the user's
+            raise PreflightError(f"host {exc}; start the container runtime there or fix "
+                                 "hosts[].container.runtime_args") from exc
+        for server, pgid in labelled:
             if needle in f"{MARKER}={server}" and pgid.isdigit() and int(pgid) > 1:
                 found.add(int(pgid))
         return found

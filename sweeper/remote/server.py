@@ -14,10 +14,10 @@ from dataclasses import asdict, dataclass
 
 import httpx
 
-from sweeper.errors import ConfigurationFailure, PortBusy, SweeperError
+from sweeper.errors import ConfigurationFailure, InfrastructureError, PortBusy, SweeperError
 from sweeper.launch import LaunchConfig
 from sweeper.measure.logs import INFRASTRUCTURE_KINDS, Classified, classify_failure_line
-from sweeper.remote.container import OOM_NOTE
+from sweeper.remote.container import NOT_STARTED_NOTE, OOM_NOTE
 from sweeper.remote.host import Host
 from sweeper.remote.workdir import MARKER, next_start
 
@@ -114,6 +114,10 @@ class ServerManager:
         if found is not None and found.kind in INFRASTRUCTURE_KINDS:
             return PortBusy(f"{self.host.name}: the server exited {when} (exit code {code}): "
                             f"{found.line[:200]}; another process holds port {handle.port}")
+        why = next((ln for ln in tail.splitlines() if NOT_STARTED_NOTE in ln), None)
+        if why is not None:  # `docker run` failed: retried, never the configuration's fault
+            return InfrastructureError(
+                f"{self.host.name}: {why.removeprefix('[sweeper] ').strip()[:400]}")
         oom = next((ln.strip() for ln in tail.splitlines() if OOM_NOTE in ln), None)
         if oom is not None and (found is None or found.kind == "crash"):
             # the container runtime saw the kernel's OOM killer end it (remote/container.py)
