@@ -28,7 +28,15 @@ from sweeper.study import parse_study
 from sweeper.study.base import storage_key
 from sweeper.study.container import ContainerSpec
 
-from .conftest import ROOT, SIM_LAUNCHER, demo_study_data, run_cli, streaming_trial, wait_for
+from .conftest import (
+    ROOT,
+    SIM_LAUNCHER,
+    demo_study_data,
+    group_alive,
+    run_cli,
+    streaming_trial,
+    wait_for,
+)
 from .dockerd import IMAGE, Dockerd, clean_containers, dockerd  # noqa: F401 - fixtures
 from .timeouts import duration, scaled
 
@@ -72,6 +80,7 @@ class CommandLines:
         self.needles = needles
         self.leaks: list[str] = []
         self.docker_runs: list[str] = []
+        self.help_runs: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -94,7 +103,9 @@ class CommandLines:
                     self.leaks.append(line)
                 if " run -d --name sweeper-" in line:
                     self.docker_runs.append(line)
-            self._stop.wait(0.02)
+                if " run --rm --name sweeper-help-" in line and " --help" in line:
+                    self.help_runs.append(line)
+            self._stop.wait(0.05)
 
 
 def test_sweep_in_a_container_env_inside_never_on_a_command_line(
@@ -110,6 +121,8 @@ def test_sweep_in_a_container_env_inside_never_on_a_command_line(
     assert not ps.leaks, ps.leaks[:3]
     assert ps.docker_runs, "no `docker run` was seen: the sampler saw nothing"
     assert all("--env-file" in line for line in ps.docker_runs)
+    # the preflight asked the image's launcher, not the host's
+    assert any(f" {IMAGE} {sys.executable} -m sweeper.sim" in line for line in ps.help_runs)
 
     trials = {t.number: t for t in load(tmp_path / "t.db").get_trials()}
     ring = next(t for t in trials.values() if t.params.get("env.NCCL_ALGO") == "Ring")
@@ -128,38 +141,10 @@ def test_sweep_in_a_container_env_inside_never_on_a_command_line(
     assert not list((tmp_path / "host").rglob("*.env"))
 
 
-def test_containers_carry_study_storage_and_trial_labels(
-        clean_containers: Dockerd, tmp_path: Path) -> None:  # noqa: F811
-    d = clean_containers
-    data = container_study(tmp_path, d, "m", baseline=False, start_from=[RING],
-                           benchmark={"max_tokens": 2000, "runs": 3, "warmup": 0})
-    path = write(tmp_path, data)
-    db = tmp_path / "t.db"
-    proc = subprocess.Popen([sys.executable, "-m", "sweeper", "optimize", "--study", str(path),
-                             "--trials", "1"], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        trial = wait_for(lambda: streaming_trial(db), 90, "a trial serving in a container")
-        name = wait_for(lambda: d.containers(running_only=True), 30, "its container")[0]
-        labels = d.docker("inspect", "-f", "{{json .Config.Labels}}", name).stdout
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.communicate(timeout=scaled(60))
-    key = storage_key(data["storage"], "t")
-    start = Path(trial.user_attrs["server"]["log_path"]).stem
-    got = yaml.safe_load(labels)
-    assert got["sweeper.study"] == key  # the study and its storage
-    assert got["sweeper.trial"] == start  # the trial and its start
-    assert got["sweeper.server"].startswith(f"{key}@local:") and got["sweeper.server"].endswith(
-        f":{start}")
-    assert got["sweeper.pgid"] == str(trial.user_attrs["server"]["pgid"])
-    wait_for(lambda: d.containers() == [], 30, "the interrupted sweep's container removed")
-
-
 def test_kill_9_then_resume_finds_the_container_by_label(
         clean_containers: Dockerd, tmp_path: Path) -> None:  # noqa: F811
     d = clean_containers
-    data = container_study(tmp_path, d, "m", benchmark={"max_tokens": 2000, "runs": 3,
+    data = container_study(tmp_path, d, "m", benchmark={"max_tokens": 800, "runs": 2,
                                                        "warmup": 0})
     path = write(tmp_path, data)
     db = tmp_path / "t.db"
@@ -173,10 +158,21 @@ def test_kill_9_then_resume_finds_the_container_by_label(
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+    # its labels name the study with its storage, the trial's start and the wrapper
+    orphan = d.containers(running_only=True)
+    assert len(orphan) == 1
+    labels = yaml.safe_load(d.docker("inspect", "-f", "{{json .Config.Labels}}",
+                                     orphan[0]).stdout)
+    key = storage_key(data["storage"], "t")
+    start = Path(victim.user_attrs["server"]["log_path"]).stem
+    assert labels["sweeper.study"] == key and labels["sweeper.trial"] == start
+    assert labels["sweeper.server"].startswith(f"{key}@local:")
+    assert labels["sweeper.server"].endswith(f":{start}")
+    assert labels["sweeper.pgid"] == str(victim.user_attrs["server"]["pgid"])
     # and its wrapper (`docker logs`/`docker wait`) too: only the label can find it now
     os.killpg(victim.user_attrs["server"]["pgid"], signal.SIGKILL)
-    orphan = d.containers(running_only=True)
-    assert len(orphan) == 1, "a killed client leaves its container serving"
+    wait_for(lambda: not group_alive(victim.user_attrs["server"]["pgid"]), 10, "the wrapper gone")
+    assert d.containers(running_only=True) == orphan, "a killed client leaves it serving"
 
     again = run_cli("optimize", "--study", str(path), "--trials", "2", timeout=240)
     assert again.returncode == 0, again.stderr + again.stdout
