@@ -120,3 +120,31 @@ def test_queue_timeout_cancels_the_pending_job(slurm: Slurm, tmp_path: Path,  # 
     with pytest.raises(InfrastructureError, match="queue_timeout"):
         manager.start(config, "trial-0000")
     assert sweeper_jobs(slurm) == [], "the pending job was cancelled"
+
+
+def test_steps_in_a_held_allocation(slurm: Slurm, tmp_path: Path,  # noqa: F811
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
+    held = slurm.run("salloc", "--no-shell", "--job-name", "held-by-user", "-N1")
+    assert held.returncode == 0, held.stderr
+    job = int(held.stderr.split("Granted job allocation")[1].split()[0])
+    try:
+        host, manager, config = _manager(SlurmSpec(job=job), tmp_path)
+        config = LaunchConfig(SIM_LAUNCHER + " --sim-echo-env NCCL_ALGO", args=config.args,
+                              env={"NCCL_ALGO": "Tree"})
+        handle = manager.start(config, "trial-0000")
+        with host.forward(config.port, config.bind_host) as url:
+            manager.wait_healthy(handle, url, startup_timeout=scaled(30),
+                                 hang_timeout=scaled(30))
+        steps = slurm.run("squeue", "-h", "-s", "-j", str(job), "-o", "%i|%j").stdout.split()
+        mine = [s for s in steps if "|sweeper:" in s]
+        assert len(mine) == 1 and mine[0].startswith(f"{job}."), steps  # a step of the job
+        assert host.marked_groups("SWEEPER_SERVER=k@") == {handle.pgid}
+        assert not host.port_free(config.port, config.bind_host)  # asked on the node
+        manager.stop(handle, grace=5)
+        assert "NCCL_ALGO=Tree" in Path(handle.log_path).read_text()
+        left = slurm.run("squeue", "-h", "-s", "-j", str(job), "-o", "%j").stdout
+        assert "sweeper:" not in left, "the step was cancelled"
+        assert f"{job}|held-by-user|RUNNING" in slurm.jobs(), "the allocation is the user's"
+    finally:
+        slurm.run("scancel", str(job))

@@ -60,8 +60,9 @@ class SlurmHost(Host):
     def start_detached(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str,
                        log_path: str, exit_path: str) -> int:
         marker = env.get(MARKER, "")
+        # the marker stays with srun (found on the login node); the step is found by name
         srun = [*self._place(), "--nodes=1", "--ntasks=1", "--export=ALL", "--unbuffered",
-                *self.spec.srun_args, "--", *argv]
+                *self.spec.srun_args, "--", "env", "-u", MARKER, *argv]
         pgid = self.inner.start_detached(["bash", "-c", WRAPPER, marker, *srun], env=env,
                                          cwd=cwd, log_path=log_path, exit_path=exit_path)
         try:
