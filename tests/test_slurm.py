@@ -23,7 +23,15 @@ from sweeper.remote.server import ServerManager
 from sweeper.remote.slurm import SlurmHost
 from sweeper.study.slurm import SlurmSpec
 
-from .conftest import ROOT, SIM_LAUNCHER, demo_study_data, run_cli, streaming_trial, wait_for
+from .conftest import (
+    ROOT,
+    SIM_LAUNCHER,
+    demo_study_data,
+    group_alive,
+    run_cli,
+    streaming_trial,
+    wait_for,
+)
 from .slurmd import PARTITION, Slurm, slurm  # noqa: F401 - the fixture
 from .timeouts import scaled
 
@@ -63,9 +71,10 @@ def test_sweep_of_slurm_steps_kill_9_and_resume_leave_no_job(slurm: Slurm,  # no
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     # and the srun on the "login node": only the job's name can find the server now
-    os.killpg(victim.user_attrs["server"]["pgid"], signal.SIGKILL)
-    time.sleep(0.5)  # let Slurm notice the client is gone, if it were to end the job
-    left = sweeper_jobs(slurm)
+    pgid = victim.user_attrs["server"]["pgid"]
+    os.killpg(pgid, signal.SIGKILL)
+    wait_for(lambda: not group_alive(pgid), 10, "the killed srun gone")
+    left = sweeper_jobs(slurm)  # a step outlives its srun (no InactiveLimit)
     assert len(left) == 1 and left[0].endswith("|RUNNING"), left
 
     again = run_cli("optimize", "--study", str(path), "--trials", "2", timeout=300,

@@ -115,6 +115,8 @@ class ContainerHost(Host):
         self.name = inner.name
 
     def __getattr__(self, attr: str) -> Any:
+        if attr == "inner":  # not set yet (copy, unpickling): no recursion
+            raise AttributeError(attr)
         # what is not the Host contract (SSHHost.put_file, .session...) is the inner host's
         return getattr(self.inner, attr)
 

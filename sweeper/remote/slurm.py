@@ -49,6 +49,8 @@ class SlurmHost(Host):
         self.node_addr: str | None = None  # where the current step runs
 
     def __getattr__(self, attr: str) -> Any:
+        if attr == "inner":  # not set yet (copy, unpickling): no recursion
+            raise AttributeError(attr)
         return getattr(self.inner, attr)
 
     # --- the server's step ---------------------------------------------------------------
