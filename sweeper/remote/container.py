@@ -54,8 +54,8 @@ OOM_NOTE = "OOMKilled=true"
 NOT_STARTED_NOTE = "the container did not start"
 
 # bash -c WRAPPER sweeper-container NAME ENV_FILE N RUNTIME... M NAMES... RUN_OPTIONS...
+# (No `set -u`: an empty "${names[@]}" is an error under it before bash 4.4.)
 WRAPPER = r"""
-set -u
 name=$1 env_file=$2 n=$3; shift 3
 rt=("${@:1:$n}"); shift "$n"
 n=$1; shift
