@@ -154,7 +154,16 @@ def dockerd() -> Iterator[Dockerd]:
         with contextlib.suppress(Exception):
             daemon.remove_all()
         _stop(daemon.proc)
+        _unmount_under(root)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _unmount_under(root: Path) -> None:
+    """What dockerd leaves mounted in its exec root (the host netns at exec/netns/default),
+    deepest first, so the folder can be removed."""
+    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    for point in sorted((m for m in mounts if m.startswith(f"{root}/")), reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
 
 
 @pytest.fixture
