@@ -21,6 +21,8 @@ from sweeper.launch import LaunchConfig
 from sweeper.remote import LocalHost, free_port
 from sweeper.remote.server import ServerManager
 from sweeper.remote.slurm import SlurmHost
+from sweeper.run.sweep import Sweep, SweepOptions
+from sweeper.study import parse_study
 from sweeper.study.slurm import SlurmSpec
 
 from .conftest import (
@@ -157,3 +159,27 @@ def test_steps_in_a_held_allocation(slurm: Slurm, tmp_path: Path,  # noqa: F811
         assert f"{job}|held-by-user|RUNNING" in slurm.jobs(), "the allocation is the user's"
     finally:
         slurm.run("scancel", str(job))
+
+
+def test_a_login_node_over_ssh(slurm: Slurm, sshd_factory, tmp_path: Path) -> None:  # noqa: F811, ANN001
+    # the login node: an sshd whose sessions know the cluster (SetEnv, as a site profile does)
+    login = sshd_factory()
+    login.stop()
+    with open(login.dir / "sshd_config", "a") as conf:
+        conf.write(f"SetEnv SLURM_CONF={slurm.conf}\n")
+    login.start()
+    data = demo_study_data(tmp_path, baseline=False, start_from=[RING])
+    data["hosts"] = [{"ssh": "gpu-test", "python": sys.executable,
+                      "workdir": str(tmp_path / "remote"),
+                      "slurm": {"partition": PARTITION, "queue_timeout": "120s"}}]
+    data["server"]["host"] = "0.0.0.0"
+    data["server"]["launcher"] = SIM_LAUNCHER + " --sim-echo-env NCCL_ALGO"
+    spec = parse_study(data, tmp_path / "t.yaml")
+    host = SlurmHost(login.ssh_host("gpu-test"), spec.hosts[0].slurm)
+    summary = Sweep(spec, SweepOptions(trials=1), host=host, python=sys.executable).run()
+    assert summary.finished == 1 and summary.complete == 1
+    trial = optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 't.db'}"
+                              ).get_trials()[0]
+    assert trial.state == TrialState.COMPLETE
+    assert "NCCL_ALGO=Ring" in Path(trial.user_attrs["server"]["log_path"]).read_text()
+    assert sweeper_jobs(slurm) == []
