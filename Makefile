@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-traffic test test-stress lint sshd chromium postgres clean
+.PHONY: demo demo-traffic test test-stress lint sshd chromium postgres docker slurm clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -35,6 +35,22 @@ chromium:
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
+# The container tests start a Docker daemon of their own (tests/dockerd.py): Debian's docker.io
+# provides dockerd and the CLI; its packaged service is not started or used.
+docker:
+	@{ test -x /usr/sbin/dockerd && command -v docker >/dev/null; } || { \
+	  echo "installing docker.io (for the container tests)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends docker.io >/dev/null; }
+
+# The Slurm tests start a single-node cluster of their own (tests/slurmd.py) from Debian's
+# slurm-wlm; its packaged services are not started or used.
+slurm:
+	@{ test -x /usr/sbin/slurmctld && test -x /usr/sbin/slurmd && command -v srun >/dev/null; } || { \
+	  echo "installing slurm-wlm (for the Slurm tests)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends slurm-wlm >/dev/null; }
+
 # The storage tests use the PostgreSQL on 127.0.0.1:5432 when it answers; otherwise they
 # install Debian's postgresql, start its cluster and let local TCP connections in.
 postgres:
@@ -55,7 +71,7 @@ postgres:
 # Most tests wait on real processes (server start-ups, benchmarks, kill -9 and resume), so
 # they run three at a time, a test file per worker, deadlines doubled (tests/timeouts.py);
 # the few that measure the simulator's wall-clock tok/s run alone afterwards.
-test: $(STAMP) sshd chromium postgres
+test: $(STAMP) sshd chromium postgres docker slurm
 	SWEEPER_TEST_TIMEOUT_FACTOR=2 $(BIN)/python -m pytest -q -n 3 --dist loadfile -m "not timing" --durations=15
 	$(BIN)/python -m pytest -q -m timing
 

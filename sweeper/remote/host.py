@@ -91,6 +91,11 @@ class Host(ABC):
         """Context manager yielding a base URL (``http://127.0.0.1:P``) from which this
         machine reaches ``bind_host:port`` on the host (an SSH tunnel for remote hosts)."""
 
+    def run_launcher(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
+        """Run the server's launcher to completion where the server would run it (the
+        preflight's ``--help``): here, on the host; in the image for a container host."""
+        return self.run(argv, timeout=timeout)
+
     def check_alive(self) -> None:
         """A real round trip; raises an InfrastructureError when the host is gone."""
         self.run(["true"], timeout=20)

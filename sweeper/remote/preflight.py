@@ -96,7 +96,7 @@ def launcher_flags(host: Host, launcher_argv: list[str], help_timeout: float) ->
     command = shlex.join([*launcher_argv, "--help"])
     # SGLang imports torch before printing help: tens of seconds on a cold node.
     try:
-        result = host.run([*launcher_argv, "--help"], timeout=help_timeout)
+        result = host.run_launcher([*launcher_argv, "--help"], timeout=help_timeout)
     except CommandTimeout as exc:
         raise PreflightError(
             f"host {host.name}: `{command}` did not finish in {help_timeout:.0f}s"

@@ -14,9 +14,16 @@ from dataclasses import asdict, dataclass
 
 import httpx
 
-from sweeper.errors import ConfigurationFailure, HostStorageError, PortBusy, SweeperError
+from sweeper.errors import (
+    ConfigurationFailure,
+    HostStorageError,
+    InfrastructureError,
+    PortBusy,
+    SweeperError,
+)
 from sweeper.launch import LaunchConfig
-from sweeper.measure.logs import INFRASTRUCTURE_KINDS, classify_failure_line
+from sweeper.measure.logs import INFRASTRUCTURE_KINDS, Classified, classify_failure_line
+from sweeper.remote.container import NOT_STARTED_NOTE, OOM_NOTE
 from sweeper.remote.host import Host
 from sweeper.remote.workdir import MARKER, check_run_dir, next_start
 
@@ -121,6 +128,14 @@ class ServerManager:
                 f"{self.host.name}: the server exited {when} leaving no output and no exit "
                 f"code in {self.workdir}: the run folder is unwritable or the node's disk "
                 "is full")
+        why = next((ln for ln in tail.splitlines() if NOT_STARTED_NOTE in ln), None)
+        if why is not None:  # `docker run` failed: retried, never the configuration's fault
+            return InfrastructureError(
+                f"{self.host.name}: {why.removeprefix('[sweeper] ').strip()[:400]}")
+        oom = next((ln.strip() for ln in tail.splitlines() if OOM_NOTE in ln), None)
+        if oom is not None and (found is None or found.kind == "crash"):
+            # the container runtime saw the kernel's OOM killer end it (remote/container.py)
+            found = Classified("oom", oom)
         kind = found.kind if found is not None else "crash"
         line = found.line if found is not None else next(
             (ln.strip() for ln in reversed(tail.splitlines()) if ln.strip()), "no output")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from sweeper.errors import InputError, StorageFault, SweepAborted
 from sweeper.remote import Host, LocalHost
+from sweeper.remote.container import wrap_host
 from sweeper.results.summary import SweepSummary
 from sweeper.run import pending
 from sweeper.study import StudySpec, placeholder_message
@@ -37,12 +38,13 @@ def open_host(spec: StudySpec) -> tuple[Host, str]:
     """The study's first host and the python that ``{python}`` stands for on it."""
     hspec = spec.hosts[0]
     if hspec.is_local:
-        return LocalHost(), hspec.python or sys.executable
+        return wrap_host(LocalHost(), hspec.container, hspec.slurm), \
+            hspec.python or sys.executable
     if hspec.is_placeholder:
         raise InputError(placeholder_message(spec, 0))
     from sweeper.remote.ssh import SSHHost
 
-    return SSHHost(hspec.ssh), hspec.python or "python3"
+    return wrap_host(SSHHost(hspec.ssh), hspec.container, hspec.slurm), hspec.python or "python3"
 
 
 def storage_fault(exc: BaseException, storage_url: str) -> StorageFault | None:

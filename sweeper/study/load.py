@@ -34,8 +34,10 @@ from pydantic import BaseModel, ValidationError
 
 from sweeper.errors import InputError
 from sweeper.launch import is_secret, is_secret_flag
+from sweeper.remote.host import WILDCARDS
 from sweeper.remote.target import parse_target
 from sweeper.study.base import ENV_PREFIX, RESERVED_FLAGS, fail, public_url, shorten, show, suggest
+from sweeper.study.container import ContainerSpec
 from sweeper.study.limits import MAX_COMMAND, parse_yaml, read_study_text
 from sweeper.study.objective import parse_levels, parse_objective
 from sweeper.study.params import env_value, parse_param
@@ -48,6 +50,7 @@ from sweeper.study.sections import (
     SweepSpec,
     validating_study,
 )
+from sweeper.study.slurm import SlurmSpec
 from sweeper.study.spec import StudySpec
 
 _FLAG_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -73,6 +76,7 @@ def _section_keys(loc: Sequence[int | str]) -> list[str]:
     models: dict[tuple[str, ...], type[BaseModel]] = {
         (): StudyFile, ("hosts",): HostSpec, ("server",): ServerSpec,
         ("benchmark",): BenchSpec, ("sweep",): SweepSpec,
+        ("hosts", "container"): ContainerSpec, ("hosts", "slurm"): SlurmSpec,
     }
     model = models.get(tuple(parent))
     return list(model.model_fields) if model else []
@@ -344,11 +348,19 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
                  f"{h.port or raw.server.port}", "list each host once, or give each entry "
                  "its own port (hosts[i].port)")
         seen_hosts.add(where)
+        # in a container, the image's python; on this machine, the sweeper's own
         python = h.python if h.python is not None else (
-            sys.executable if h.is_local else "python3")
+            sys.executable if h.is_local and h.container is None else "python3")
         if not python.strip():
             fail(path, f"hosts[{i}].python", "empty", "give the python that runs SGLang")
         _check_program(path, f"hosts[{i}].python", python)
+        if h.slurm is not None and h.container is not None:
+            fail(path, f"hosts[{i}].slurm", "a host runs its server in a container or as a "
+                 "Slurm job step, not both", f"remove hosts[{i}].container or hosts[{i}].slurm")
+        if h.slurm is not None and raw.server.host not in WILDCARDS:
+            fail(path, "server.host", f"{show(raw.server.host)}: the server runs on a Slurm "
+                 "compute node, which the login node reaches by its address",
+                 "set server.host: 0.0.0.0")
         if h.url is not None and not _http_url(h.url):
             fail(path, f"hosts[{i}].url", f"{show(h.url)} is not an http(s) URL of a host "
                  "name or address and a port from 1 to 65535",

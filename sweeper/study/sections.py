@@ -19,6 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from sweeper.errors import InputError
 from sweeper.remote.target import SSHTarget, parse_target
 from sweeper.study.base import PLACEHOLDER_PATTERN, Duration
+from sweeper.study.container import ContainerSpec
+from sweeper.study.slurm import SlurmSpec
 
 OBJECTIVES = ("mean", "median", "min")
 _IN_STUDY: ContextVar[bool] = ContextVar("sweeper_validating_study", default=False)
@@ -53,6 +55,10 @@ class HostSpec(_Model):
     # The server's port on this host (default: server.port): two workers on one machine
     # (two `local` entries, or one node reached under two aliases) need two ports.
     port: int | None = Field(None, ge=1, le=65535)
+    # Run the server in a container image on this host (study/container.py).
+    container: ContainerSpec | None = None
+    # Run the server as a Slurm job step; ``ssh`` is then the login node (study/slurm.py).
+    slurm: SlurmSpec | None = None
 
     @property
     def label(self) -> str:
