@@ -117,7 +117,7 @@ def optimize(
         raise typer.Exit(130) from None
     except SweepAborted as exc:
         reporter.close()
-        print_summary(out, pool.summary, Headline.of(pool.study, spec.benchmark.objective))
+        print_summary(out, pool.summary, Headline.of(pool.study, spec.benchmark.aggregate))
         err.print(f"error: sweep stopped: {one_line(str(exc))}", markup=False, soft_wrap=True)
         raise typer.Exit(1) from None
     start = after_sweep(sweep.study, spec, sampler, confirm, no_confirm,
@@ -131,9 +131,9 @@ def optimize(
         _confirm(sweep, start.plan.top, start.plan.runs, reporter, start.plan.rounds)
     pool.done()
     reporter.close()
-    print_summary(out, summary, Headline.of(sweep.study, spec.benchmark.objective))
+    print_summary(out, summary, Headline.of(sweep.study, spec.benchmark.aggregate))
     if len(spec.hosts) > 1:  # each host's state, and each group's winner when several
-        print_hosts(out, pool.study, spec.benchmark.objective,
+        print_hosts(out, pool.study, spec.benchmark.aggregate,
                     pool.study.get_trials(deepcopy=False))
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from sweeper.study.base import (
     ALGORITHM,
@@ -24,9 +24,7 @@ from sweeper.study.base import (
     show,
     suggest,
 )
-
-if TYPE_CHECKING:
-    from sweeper.study.spec import StudySpec
+from sweeper.study.sections import ServerSpec
 
 
 @dataclass(frozen=True)
@@ -182,6 +180,21 @@ def check_rules(path: Path, space: dict[str, ParamSpec], args: dict[str, Any]
 def _attr(flag: str) -> str:
     return {STEPS: "steps", TOPK: "topk", DRAFT: "draft"}[flag]
 
+
+
+class StudySpec(Protocol):
+    """What ``check_config`` reads of a study (study/spec.StudySpec): a protocol, so that
+    spec.py imports this module and not the other way round."""
+
+    @property
+    def path(self) -> Path: ...
+    @property
+    def rules(self) -> SpeculativeRules: ...
+    @property
+    def space(self) -> Mapping[str, ParamSpec]: ...
+    @property
+    def server(self) -> ServerSpec: ...
+    def fixed(self, name: str) -> Any: ...
 
 
 def check_config(spec: StudySpec, params: dict[str, Any], key: str) -> dict[str, Any]:
