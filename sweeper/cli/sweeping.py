@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -35,7 +36,7 @@ def resume_hint() -> str:
     return "Resume with the same command: sweeper " + shlex.join(words)
 
 
-def _allow_delete(yes: bool, study: str, storage: str) -> bool:
+def _allow_delete(yes: bool, study: str, storage: str) -> Callable[[int], bool]:
     """``--fresh`` on a study that has trials: ``--yes``, or a yes at the terminal."""
     def ask(n: int) -> bool:
         if yes:
@@ -45,7 +46,7 @@ def _allow_delete(yes: bool, study: str, storage: str) -> bool:
                              f"{storage}; add --yes to confirm (no terminal to ask)")
         return typer.confirm(f"--fresh deletes the {n} trials of study {study!r} in "
                              f"{storage}. Delete them?", default=False)
-    return ask  # type: ignore[return-value]
+    return ask
 
 
 @app.command()

@@ -90,9 +90,9 @@ def write_report(spec: StudySpec, storage_url: str, output: Path | None) -> Writ
         images[name] = _save(fig, png)
         written.pngs[name] = png
     default = _start_from_result(trials, results)
-    why = why_it_wins(headline.best, default, base)
+    explained = why_it_wins(headline.best, default, base)
     simulated = bool(study.user_attrs.get(A.SIMULATED))
-    written.html.write_text(_page(spec, study, headline, df, images, written.missing, why,
+    written.html.write_text(_page(spec, study, headline, df, images, written.missing, explained,
                                   simulated), encoding="utf-8")
     written.lines = [f"wrote {written.html} ({len(images)} figures; trials.csv, PNGs beside it)"]
     written.lines += [f"  no {name} figure: {why}" for name, why in written.missing.items()]
@@ -196,7 +196,8 @@ def _importance(trials: list[FrozenTrial], spec: StudySpec, knobs: list[str]) ->
     varied = [k for k in knobs if len(values[k]) > 1]
     if not varied:
         return {}
-    dists = {k: CategoricalDistribution(sorted(values[k])) for k in varied}
+    dists: dict[str, optuna.distributions.BaseDistribution] = {
+        k: CategoricalDistribution(sorted(values[k])) for k in varied}
     study = optuna.create_study(direction="maximize")
     for t in done:
         eff = t.user_attrs[A.EFFECTIVE]

@@ -122,7 +122,8 @@ def _spec_number(path: Path, name: str, space: dict[str, ParamSpec],
             if p.kind == "float" or isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 fail(path, f"space.{name}", f"{name} takes positive integers, got {show(v)}",
                       "use {int: [lo, hi]} or integer choices >= 1")
-        if p.kind == "int" and len(range(int(p.low), int(p.high) + 1, p.step or 1)) > 256:
+        if p.kind == "int" and p.low is not None and p.high is not None and \
+                len(range(int(p.low), int(p.high) + 1, p.step or 1)) > 256:
             # every (topk, steps) pair becomes a branch: keep that enumerable
             fail(path, f"space.{name}.int", f"{p.describe()} is too wide for {name}",
                   "keep it within 256 values")
