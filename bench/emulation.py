@@ -386,7 +386,7 @@ def run_loop(spec: StudySpec, options: SweepOptions, session: HostSession, out: 
             pool.run()
             return pool
         except SweepAborted as exc:
-            if "in a row failed" not in str(exc):
+            if exc.reason != "failures":
                 return pool
     return pool
 

@@ -306,7 +306,8 @@ class HostPool:
         if not self.live and finished_count(study) < self.target:
             raise SweepAborted("every host was retired: "
                                + "; ".join(f"{w.label}: {w.retired}" for w in self.workers)
-                               + ". Fix the hosts, then run the same command to resume")
+                               + ". Fix the hosts, then run the same command to resume",
+                               reason="hosts")
         return self.summary
 
     def _run_threads(self, deadline: float | None) -> None:
@@ -414,7 +415,7 @@ class HostPool:
                 self._abort(SweepAborted(
                     f"the sampler proposed {self._skipped} configurations known to fail; "
                     "the space left may be too small or mostly failing: narrow the space "
-                    "in the study file"))
+                    "in the study file", reason="skips"))
                 return False
             return True
         with self._lock:
@@ -426,7 +427,7 @@ class HostPool:
             self._abort(SweepAborted(
                 f"{consecutive} trials in a row failed; the last: {w.last_failure}. "
                 "Check the study's server settings and the hosts, then run the same "
-                "command to resume"))
+                "command to resume", reason="failures"))
             return False
         return True
 
