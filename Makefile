@@ -81,6 +81,7 @@ test-stress: $(STAMP) sshd
 
 lint: $(STAMP)
 	$(BIN)/ruff check sweeper tests bench
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -349,7 +349,8 @@ def emulate(truth: GroundTruth, strategy: str, seed: int, budget: int, *,
     measurer = EmulatedMeasurer(truth, seed, noise=noise)
     out = Sweep()
     with tempfile.TemporaryDirectory(prefix="sweeper-bench-") as tmp:
-        options = SweepOptions(trials=trials, storage=f"sqlite:///{tmp}/bench.db", seed=seed)
+        options = SweepOptions(trials=trials, storage=f"sqlite:///{tmp}/bench.db", seed=seed,
+                               notes=False)
         storage = optuna.storages.InMemoryStorage()
         study = create_study(storage, spec, truth.space, sampler_for(strategy, truth, seed),
                              simulated=True)
@@ -385,7 +386,7 @@ def run_loop(spec: StudySpec, options: SweepOptions, session: HostSession, out: 
             pool.run()
             return pool
         except SweepAborted as exc:
-            if "in a row failed" not in str(exc):
+            if exc.reason != "failures":
                 return pool
     return pool
 

@@ -120,7 +120,7 @@ def one_run(hosts: int, seed: int, trials: int, profile: str, startup: float,
     for t in counted:
         per_host[str(t.user_attrs.get(A.HOST))] = per_host.get(str(t.user_attrs.get(A.HOST)),
                                                                 0) + 1
-    best = R.best_result(study, spec.benchmark.objective, all_trials)
+    best = R.best_result(study, spec.benchmark.aggregate, all_trials)
     best_true = None
     if best is not None:
         best_true = true_tok_s(profile, best.launch)

@@ -115,7 +115,13 @@ class CommandTimeout(InfrastructureError):
 
 class SweepAborted(SweeperError):
     """The sweep stopped before its budget: too many failures in a row, or retries
-    of an infrastructure fault used up. The message says what to fix."""
+    of an infrastructure fault used up. The message says what to fix; ``reason`` says
+    which rule stopped it (``failures`` in a row, known-failure ``skips``, ``retries``,
+    ``hosts`` all retired, ``baseline`` rejected), for a caller that resumes."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class StorageFault(SweeperError):

@@ -94,7 +94,10 @@ class LaunchConfig:
     # --- accessors ---------------------------------------------------------
     @property
     def port(self) -> int:
-        return int(self.args.get("port", 30000))  # SGLang's default port
+        port = self.args.get("port", 30000)  # SGLang's default port
+        if isinstance(port, list):  # a flag given twice: SGLang's parser keeps the last
+            port = port[-1]
+        return int(str(port))
 
     @property
     def bind_host(self) -> str:
@@ -136,8 +139,8 @@ class LaunchConfig:
     def secret_values(self) -> list[str]:
         """The values that must never be shown: of secret-named env vars and flags."""
         vals = [v for k, v in self.env.items() if is_secret(k) and v]
-        vals += [render_value(x) for k in self.secret_flags()
-                 for x in (self.args[k] if isinstance(self.args[k], list) else [self.args[k]])]
+        vals += [render_value(x) for k in self.secret_flags() for v in [self.args[k]]
+                 for x in (v if isinstance(v, list) else [v])]
         return sorted(set(vals), key=len, reverse=True)
 
     def scrub(self, text: str) -> str:

@@ -165,8 +165,10 @@ def test_render_plain_and_spec_validation() -> None:
     assert text == "System: S\n\nUser: Q\n\nAssistant:"
     with pytest.raises(InputError, match="runs must be >= 1"):
         BenchSpec(runs=0)
-    with pytest.raises(InputError, match="objective"):
-        BenchSpec(objective="max")
+    with pytest.raises(InputError, match="aggregate"):
+        BenchSpec(aggregate="max")
+    # the setting's old name, in an older study file, means the same
+    assert BenchSpec(objective="median").aggregate == "median"
 
 
 @given(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -35,7 +36,7 @@ def resume_hint() -> str:
     return "Resume with the same command: sweeper " + shlex.join(words)
 
 
-def _allow_delete(yes: bool, study: str, storage: str) -> bool:
+def _allow_delete(yes: bool, study: str, storage: str) -> Callable[[int], bool]:
     """``--fresh`` on a study that has trials: ``--yes``, or a yes at the terminal."""
     def ask(n: int) -> bool:
         if yes:
@@ -45,7 +46,7 @@ def _allow_delete(yes: bool, study: str, storage: str) -> bool:
                              f"{storage}; add --yes to confirm (no terminal to ask)")
         return typer.confirm(f"--fresh deletes the {n} trials of study {study!r} in "
                              f"{storage}. Delete them?", default=False)
-    return ask  # type: ignore[return-value]
+    return ask
 
 
 @app.command()
@@ -117,7 +118,7 @@ def optimize(
         raise typer.Exit(130) from None
     except SweepAborted as exc:
         reporter.close()
-        print_summary(out, pool.summary, Headline.of(pool.study, spec.benchmark.objective))
+        print_summary(out, pool.summary, Headline.of(pool.study, spec.benchmark.aggregate))
         err.print(f"error: sweep stopped: {one_line(str(exc))}", markup=False, soft_wrap=True)
         raise typer.Exit(1) from None
     start = after_sweep(sweep.study, spec, sampler, confirm, no_confirm,
@@ -131,9 +132,9 @@ def optimize(
         _confirm(sweep, start.plan.top, start.plan.runs, reporter, start.plan.rounds)
     pool.done()
     reporter.close()
-    print_summary(out, summary, Headline.of(sweep.study, spec.benchmark.objective))
+    print_summary(out, summary, Headline.of(sweep.study, spec.benchmark.aggregate))
     if len(spec.hosts) > 1:  # each host's state, and each group's winner when several
-        print_hosts(out, pool.study, spec.benchmark.objective,
+        print_hosts(out, pool.study, spec.benchmark.aggregate,
                     pool.study.get_trials(deepcopy=False))
 
 

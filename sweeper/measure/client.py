@@ -195,6 +195,7 @@ class _Runner:
 
     def run_round(self, pool: ThreadPoolExecutor, index: int, warmup: bool) -> RunResult:
         c, n = self.spec.concurrency, len(self.prompts)
+        assert isinstance(c, int), "run_benchmark measures one level (BenchSpec.at_level)"
         # Run i uses prompt i; concurrent streams take the following prompts, so a round
         # never sends one prompt twice when the set is large enough.
         idxs = [(index * c + j) % n for j in range(c)]
@@ -284,11 +285,13 @@ def run_benchmark(
         write=spec.connect_timeout,
         pool=spec.request_timeout,
     )
-    limits = httpx.Limits(max_connections=spec.concurrency + 2, max_keepalive_connections=None)
+    streams = spec.concurrency
+    assert isinstance(streams, int), "run_benchmark measures one level (BenchSpec.at_level)"
+    limits = httpx.Limits(max_connections=streams + 2, max_keepalive_connections=None)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     with (
         httpx.Client(timeout=timeout, limits=limits, headers=headers) as client,
-        ThreadPoolExecutor(max_workers=spec.concurrency, thread_name_prefix="bench") as pool,
+        ThreadPoolExecutor(max_workers=streams, thread_name_prefix="bench") as pool,
     ):
         runner = _Runner(base_url, spec, prompt_set, client, check_server)
         if spec.api == "chat" and runner.model is None:

@@ -31,8 +31,11 @@ def run_levels(base_url: str, spec: BenchSpec, *,
     levels = spec.levels
     for level in levels:
         tag = f"concurrency {level}: " if len(levels) > 1 else ""
-        out[level] = run_benchmark(base_url, spec.at_level(level),
-                                   on_progress=lambda msg, tag=tag: progress(f"{tag}{msg}"),
+
+        def tagged(msg: str, tag: str = tag) -> None:
+            progress(f"{tag}{msg}")
+
+        out[level] = run_benchmark(base_url, spec.at_level(level), on_progress=tagged,
                                    check_server=check_server, prompts=prompts, **kwargs)
     return out
 

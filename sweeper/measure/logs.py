@@ -247,8 +247,8 @@ def classify_failure_line(log_text: str) -> Classified | None:
         if kind in first:
             return Classified(kind, first[kind])
     # A crash is told by its root exception, not by the wrapper announcing it.
-    line = first_exception or first.get("crash")
-    return Classified("crash", line) if line else None
+    root = first_exception or first.get("crash")
+    return Classified("crash", root) if root else None
 
 
 def classify_failure(log_text: str) -> str | None:

@@ -125,8 +125,8 @@ class BenchResult:
 
     @property
     def value(self) -> float:
-        """The objective over per-run tok/s (spec.objective: mean, median or min)."""
-        return getattr(self.stats, self.spec.objective)
+        """The aggregate of per-run tok/s (spec.aggregate: mean, median or min)."""
+        return getattr(self.stats, self.spec.aggregate)
 
     @property
     def n_errors(self) -> int:
@@ -160,7 +160,7 @@ class BenchResult:
         """JSON-serialisable (strict JSON: NaN becomes None) summary and raw runs."""
         return {
             "value": self.value,
-            "objective": self.spec.objective,
+            "aggregate": self.spec.aggregate,
             "stats": self.stats.to_dict(),
             "n_runs": len(self.runs),
             "n_excluded": self.n_excluded,

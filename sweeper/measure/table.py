@@ -18,7 +18,7 @@ def format_table(result: BenchResult) -> Table:
     s = result.stats
     ci = "n/a" if math.isnan(s.ci_low) else f"{s.ci_low:.1f}-{s.ci_high:.1f}"
     title = (
-        f"{result.spec.objective} {result.value:.1f} tok/s (95% CI {ci}, n={s.n}) "
+        f"{result.spec.aggregate} {result.value:.1f} tok/s (95% CI {ci}, n={s.n}) "
         f"{result.spec.api} x{result.spec.concurrency}, {result.spec.max_tokens} tokens"
     )
     table = Table(title=title)

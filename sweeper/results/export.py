@@ -73,7 +73,7 @@ def export_best(spec: StudySpec, storage_url: str, output: Path, *, at: int | No
 
     study = load_existing(storage_url, spec.name, str(spec.path))
     trials = study.get_trials(deepcopy=False)
-    headline = Headline.of(study, spec.benchmark.objective, trials)
+    headline = Headline.of(study, spec.benchmark.aggregate, trials)
     space = SearchSpace(spec)
     json_path = None
     if adaptive:

@@ -258,10 +258,10 @@ def traffic(points: Sequence[tuple[str, int, float, float]], winners: dict[int, 
     low, high = levels
     pairs = {}
     for label, pts in by_config.items():
-        per = next((p for lv, p, _ in pts if lv == low), None)
-        tot = next((t for lv, _, t in pts if lv == high), None)
-        if per is not None and tot is not None:
-            pairs[label] = (tot, per)
+        at_low = next((p for lv, p, _ in pts if lv == low), None)
+        at_high = next((t for lv, _, t in pts if lv == high), None)
+        if at_low is not None and at_high is not None:
+            pairs[label] = (at_high, at_low)
     bx.scatter([t for t, _ in pairs.values()], [p for _, p in pairs.values()], s=30,
                color="#999999", label="configuration")
     if front:

@@ -9,15 +9,12 @@ speculation can be the fastest.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 from sweeper.measure.stats import Stats, summarize
 from sweeper.study.objective import Objective
-
-if TYPE_CHECKING:
-    from sweeper.results.verdict import ConfigResult
 
 
 @dataclass
@@ -65,6 +62,17 @@ class LevelRuns:
     @property
     def accept_length(self) -> float | None:
         return self._mean(self.accept)
+
+
+class Leveled(Protocol):
+    """What the per-level rules read of a pooled result (results/verdict.ConfigResult):
+    a protocol, so that verdict.py imports this module and not the other way round."""
+
+    @property
+    def levels(self) -> Mapping[int, LevelRuns]: ...
+
+
+ConfigResult = TypeVar("ConfigResult", bound=Leveled)
 
 
 def _measured(results: Sequence[ConfigResult], level: int) -> list[ConfigResult]:

@@ -26,6 +26,7 @@ from sweeper.results import attrs as A
 from sweeper.results import figures
 from sweeper.results.headline import SIM_NOTE, Headline
 from sweeper.results.hosts import group_headlines
+from sweeper.results.kind import TrialKind, kind_of
 from sweeper.results.levels import pareto_front
 from sweeper.results.storage import load_existing, report_dir
 from sweeper.results.table import trials_frame
@@ -61,12 +62,12 @@ def write_report(spec: StudySpec, storage_url: str, output: Path | None) -> Writ
     written = Written(out_dir, out_dir / "report.html", out_dir / "trials.csv")
     df.to_csv(written.csv, index=False)
 
-    headline = Headline.of(study, spec.benchmark.objective, trials)
+    headline = Headline.of(study, spec.benchmark.aggregate, trials)
     results = R.config_results(trials)
     base = headline.baseline  # the verdict's baseline, as status and export show it
     drawn = {
         "history": (figures.history(df, base.stats.mean if base else None,
-                                    _best_so_far(trials, spec.benchmark.objective)),
+                                    _best_so_far(trials, spec.benchmark.aggregate)),
                     "no trial has been measured or has failed yet"),
         "traffic": (_traffic(results, headline),
                     "the study measures one concurrency level (benchmark.concurrency: "
@@ -77,7 +78,7 @@ def write_report(spec: StudySpec, storage_url: str, output: Path | None) -> Writ
         "failures": (figures.failure_map(df, knobs), "no configuration failed"),
         "importance": (figures.importance(_importance(trials, spec, knobs)),
                        "too few measured configurations to rank the knobs (needs 3)"),
-        "leaders": (figures.leaders(_leader_rows(results, base, spec.benchmark.objective)),
+        "leaders": (figures.leaders(_leader_rows(results, base, spec.benchmark.aggregate)),
                     "no baseline and speculative configuration to compare"),
     }
     images: dict[str, str] = {}
@@ -89,9 +90,9 @@ def write_report(spec: StudySpec, storage_url: str, output: Path | None) -> Writ
         images[name] = _save(fig, png)
         written.pngs[name] = png
     default = _start_from_result(trials, results)
-    why = why_it_wins(headline.best, default, base)
+    explained = why_it_wins(headline.best, default, base)
     simulated = bool(study.user_attrs.get(A.SIMULATED))
-    written.html.write_text(_page(spec, study, headline, df, images, written.missing, why,
+    written.html.write_text(_page(spec, study, headline, df, images, written.missing, explained,
                                   simulated), encoding="utf-8")
     written.lines = [f"wrote {written.html} ({len(images)} figures; trials.csv, PNGs beside it)"]
     written.lines += [f"  no {name} figure: {why}" for name, why in written.missing.items()]
@@ -112,7 +113,7 @@ def _save(fig: Figure, path: Path) -> str:
 def _best_so_far(trials: list[FrozenTrial], objective: str) -> list[tuple[int, float]]:
     """After each measured sweep trial, the pooled mean of the configuration the verdict
     would have named then (confirm runs excluded: they come after the sweep)."""
-    done = [t for t in trials if t.state == TrialState.COMPLETE and not t.user_attrs.get(A.CONFIRM)]
+    done = [t for t in trials if t.state == TrialState.COMPLETE and kind_of(t) != TrialKind.CONFIRM]
     out: list[tuple[int, float]] = []
     for i, t in enumerate(done):
         top = R.ranked(R.config_results(done[: i + 1]), objective)
@@ -184,8 +185,8 @@ def _importance(trials: list[FrozenTrial], spec: StudySpec, knobs: list[str]) ->
     from optuna.distributions import CategoricalDistribution
 
     done = [t for t in trials if t.state == TrialState.COMPLETE and t.values
-            and t.user_attrs.get(A.EFFECTIVE) and not t.user_attrs.get(A.CONFIRM)
-            and not t.user_attrs.get(A.REPEAT_OF)]
+            and t.user_attrs.get(A.EFFECTIVE)
+            and kind_of(t) not in (TrialKind.CONFIRM, TrialKind.REPEAT)]
     if len({t.user_attrs.get(A.CONFIG_ID) for t in done}) < 3:
         return {}
     values: dict[str, set[str]] = {k: set() for k in knobs}
@@ -195,7 +196,8 @@ def _importance(trials: list[FrozenTrial], spec: StudySpec, knobs: list[str]) ->
     varied = [k for k in knobs if len(values[k]) > 1]
     if not varied:
         return {}
-    dists = {k: CategoricalDistribution(sorted(values[k])) for k in varied}
+    dists: dict[str, optuna.distributions.BaseDistribution] = {
+        k: CategoricalDistribution(sorted(values[k])) for k in varied}
     study = optuna.create_study(direction="maximize")
     for t in done:
         eff = t.user_attrs[A.EFFECTIVE]
@@ -227,7 +229,7 @@ def _page(spec: StudySpec, study: optuna.Study, headline: Headline, df: pd.DataF
         parts.append(f'<p class="sim">{esc(SIM_NOTE)}</p>')
     parts.append("<h2>The winner</h2><ul>" +
                  "".join(f"<li>{esc(line)}</li>" for line in headline.lines()) + "</ul>")
-    groups = group_headlines(study, spec.benchmark.objective, study.get_trials(deepcopy=False))
+    groups = group_headlines(study, spec.benchmark.aggregate, study.get_trials(deepcopy=False))
     if groups:  # hosts of different hardware: each group has its own winner
         parts.append("<h2>The winner of each group of hosts</h2><ul>" + "".join(
             f"<li>group {esc(g)}: {esc(' '.join(h.lines()))}</li>" for g, h in groups)

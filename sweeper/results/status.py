@@ -8,7 +8,7 @@ lines come from results/headline.py, like every other place that names it.
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from optuna.trial import FrozenTrial, TrialState
 from rich import box
@@ -20,6 +20,8 @@ from sweeper.measure.stats import summarize
 from sweeper.results import attrs as A
 from sweeper.results.headline import SIM_NOTE, Headline
 from sweeper.results.hosts import print_hosts
+from sweeper.results.kind import TrialKind, kind_of
+from sweeper.results.labels import compact_params
 from sweeper.results.storage import load_existing
 from sweeper.results.table import trials_frame
 from sweeper.study.base import public_url
@@ -29,25 +31,9 @@ if TYPE_CHECKING:
     from sweeper.study import StudySpec
 
 WIDE = 120  # from this terminal width on, full labels and intervals
-_ABBREV = {"speculative-num-steps": "s", "speculative-eagle-topk": "k",
-           "speculative-num-draft-tokens": "d", "speculative-draft-tp-size": "tp"}
 _STATE = {TrialState.COMPLETE: "[green]done[/]", TrialState.PRUNED: "[red]pruned[/]",
           TrialState.FAIL: "[magenta]failed[/]", TrialState.RUNNING: "[cyan]run[/]",
           TrialState.WAITING: "queued"}
-
-
-def compact_params(effective: dict[str, Any]) -> str:
-    """``s3 k2 d7 tp4 ALGO=Tree PROTO=LL``: short names, NCCL_ prefixes and unset values
-    left out (unset is NCCL's own default)."""
-    if not effective:
-        return "baseline (no spec.)"
-    parts = [f"{_ABBREV[k]}{effective[k]}" for k in _ABBREV if k in effective]
-    for key, value in effective.items():
-        if key in _ABBREV or value == "unset":
-            continue
-        name = key.removeprefix("env.").removeprefix("NCCL_")
-        parts.append(f"{name}={value}")
-    return " ".join(parts)
 
 
 def print_summary(console: Console, s: SweepSummary, headline: Headline) -> None:
@@ -126,8 +112,8 @@ def print_status(console: Console, spec: StudySpec, storage_url: str,
     if started:
         console.print(f"[dim]first trial started {started:%Y-%m-%d %H:%M}; "
                       f"now {dt.datetime.now():%H:%M}[/]", soft_wrap=False)
-    print_hosts(console, study, spec.benchmark.objective, trials)
-    for line in Headline.of(study, spec.benchmark.objective, trials).lines():
+    print_hosts(console, study, spec.benchmark.aggregate, trials)
+    for line in Headline.of(study, spec.benchmark.aggregate, trials).lines():
         console.print(line, soft_wrap=False)  # wrapped at words to the terminal's width
     if study.user_attrs.get(A.SIMULATED):
         console.print(f"[dim]{SIM_NOTE}[/]", soft_wrap=False)
@@ -152,15 +138,16 @@ def _row(t: FrozenTrial, base: R.ConfigResult | None, wide: bool) -> list[str]:
         vs = R.fmt_ratio(ratio) if wide else R.fmt_ratio(ratio).split(" ")[0]
     acc = f"{ua[A.ACCEPT]:.2f}" if ua.get(A.ACCEPT) else "-"
     note = str(ua.get(A.FAILURE, "") or "")
-    if ua.get(A.BACKED_OFF):
+    kind = kind_of(t)
+    if kind == TrialKind.BACKED_OFF:
         note = f"handed back: {ua[A.BACKED_OFF]}"
-    if ua.get(A.SKIPPED):
+    if kind == TrialKind.SKIPPED:
         note = f"{note} (skipped: known)"
-    elif ua.get(A.REPEAT_OF):
+    elif kind == TrialKind.REPEAT:
         note = f"repeat of {', '.join(map(str, ua[A.REPEAT_OF]))}, no restart"
     elif wide and t.state in (TrialState.FAIL, TrialState.PRUNED) and ua.get(A.FAILURE_MSG):
         note = f"{note}: {ua[A.FAILURE_MSG]}"
-    if ua.get(A.CONFIRM):
+    if kind == TrialKind.CONFIRM:
         note = f"confirm {note}".strip()
     elif ua.get(A.ROLE) == A.START_FROM:
         note = f"start_from {note}".strip()

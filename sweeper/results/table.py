@@ -26,6 +26,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.measure.stats import summarize
 from sweeper.results import attrs as A
+from sweeper.results.kind import TrialKind, kind_of
 
 STATES = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned",
           TrialState.FAIL: "failed", TrialState.RUNNING: "running",
@@ -47,8 +48,8 @@ def trial_row(t: FrozenTrial, knobs: Sequence[str]) -> dict[str, Any]:
     st = summarize(runs) if runs else None
     row: dict[str, Any] = {
         "number": t.number, "state": STATES.get(t.state, t.state.name.lower()),
-        "role": ua.get(A.ROLE, A.SAMPLER), "confirm": bool(ua.get(A.CONFIRM)),
-        "skipped": bool(ua.get(A.SKIPPED)),
+        "role": ua.get(A.ROLE, A.SAMPLER), "confirm": kind_of(t) == TrialKind.CONFIRM,
+        "skipped": kind_of(t) == TrialKind.SKIPPED,
     }
     for knob in knobs:
         row[knob] = eff.get(knob)

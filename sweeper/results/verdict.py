@@ -17,6 +17,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.measure.stats import Ratio, Stats, p_within, speedup, summarize
 from sweeper.results import attrs as A
+from sweeper.results.kind import TrialKind, kind_of
+from sweeper.results.labels import short_params  # noqa: F401 - re-exported
 from sweeper.results.levels import LevelRuns, level_winners, pareto_front
 from sweeper.study.objective import Objective
 
@@ -63,7 +65,7 @@ def config_results(trials: Sequence[FrozenTrial]) -> list[ConfigResult]:
     groups: dict[str, ConfigResult] = {}
     for t in trials:
         if t.state != TrialState.COMPLETE or A.CONFIG_ID not in t.user_attrs \
-                or t.user_attrs.get(A.REPEAT_OF):
+                or kind_of(t) == TrialKind.REPEAT:
             continue  # a repeat resolved without a restart measured nothing
         cid = str(t.user_attrs[A.CONFIG_ID])
         res = groups.get(cid)
@@ -159,7 +161,7 @@ def _verdict(trials: Sequence[FrozenTrial], confirmed: dict[str, Any] | None, ob
     if confirmed:
         # the runs of the last confirm phase, exactly as its table showed them
         numbers = {n for ns in (confirmed.get("trials") or {}).values() for n in ns}
-        fresh = config_results([t for t in trials if t.user_attrs.get(A.CONFIRM)
+        fresh = config_results([t for t in trials if kind_of(t) == TrialKind.CONFIRM
                                 and (not numbers or t.number in numbers)])
         winner = next((r for r in fresh if r.config_id == confirmed.get("winner")), None)
         if winner is not None:
@@ -195,17 +197,3 @@ def fmt_ratio(r: Ratio | None) -> str:
     if math.isnan(r.low) or math.isnan(r.high):
         return f"{pct:+.1f}%"
     return f"{pct:+.1f}% [{(r.low - 1) * 100:+.1f}, {(r.high - 1) * 100:+.1f}]"
-
-
-def short_params(effective: dict[str, Any]) -> str:
-    """Compact text for a table: steps/topk/draft first, then the rest."""
-    if not effective:
-        return "no speculation (baseline)"
-    abbrev = {"speculative-num-steps": "steps", "speculative-eagle-topk": "topk",
-              "speculative-num-draft-tokens": "draft", "speculative-draft-tp-size": "draft-tp"}
-    parts = []
-    for key in sorted(effective, key=lambda k: (k not in abbrev, list(abbrev).index(k)
-                                                if k in abbrev else 0, k)):
-        name = abbrev.get(key, key.removeprefix("env."))
-        parts.append(f"{name}={effective[key]}")
-    return " ".join(parts)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import sweeper.results.verdict as R
+from sweeper.results.labels import changes
 
 
 def _row(name: str, r: R.ConfigResult) -> dict[str, Any]:
@@ -23,17 +24,6 @@ def _row(name: str, r: R.ConfigResult) -> dict[str, Any]:
             "cycle ms": round(cycle, 1) if cycle else None}
 
 
-def _changes(a: dict[str, Any], b: dict[str, Any]) -> str:
-    """``2 steps instead of 5, draft-tp 1 instead of 8``"""
-    names = {"speculative-num-steps": "steps", "speculative-eagle-topk": "topk",
-             "speculative-num-draft-tokens": "draft tokens",
-             "speculative-draft-tp-size": "draft TP"}
-    parts = []
-    for key in dict.fromkeys([*a, *b]):
-        if a.get(key) != b.get(key):
-            parts.append(f"{names.get(key, key.removeprefix('env.'))} {a.get(key, 'unset')} "
-                         f"instead of {b.get(key, 'unset')}")
-    return ", ".join(parts) or "the same configuration"
 
 
 def why_it_wins(best: R.ConfigResult | None, default: R.ConfigResult | None,
@@ -54,7 +44,7 @@ def why_it_wins(best: R.ConfigResult | None, default: R.ConfigResult | None,
         ref = default if other[""] == "start_from default" else base
         assert ref is not None
         gain = (w["tok/s"] / other["tok/s"] - 1) * 100 if other["tok/s"] else 0.0
-        sentence = (f"{_changes(best.effective, ref.effective)}: tokens per verify cycle "
+        sentence = (f"{changes(best.effective, ref.effective)}: tokens per verify cycle "
                     f"{other['tokens per verify cycle']} -> {w['tokens per verify cycle']}, "
                     f"cycle {other['cycle ms']} ms -> {w['cycle ms']} ms, so "
                     f"{other['tok/s']} -> {w['tok/s']} tok/s ({gain:+.1f}%) against the "

@@ -25,12 +25,13 @@ from datetime import datetime
 from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.results import attrs as A
+from sweeper.results.kind import TrialKind, kind_of
 from sweeper.run.reconcile import counts_as_finished
 
 
 def in_flight(t: FrozenTrial) -> bool:
-    ua = t.user_attrs
-    return t.state == TrialState.RUNNING and not ua.get(A.CONFIRM) and not ua.get(A.BACKED_OFF)
+    return t.state == TrialState.RUNNING and \
+        kind_of(t) not in (TrialKind.CONFIRM, TrialKind.BACKED_OFF)
 
 
 def _order(t: FrozenTrial) -> tuple[datetime, int]:
@@ -69,7 +70,7 @@ def needs_baseline(trials: Sequence[FrozenTrial], group: str) -> bool:
     for whichever worker asks first (the study's own, enqueued when it was created)."""
     for t in trials:
         ua = t.user_attrs
-        if ua.get(A.ROLE) != A.BASELINE or ua.get(A.CONFIRM):
+        if kind_of(t) != TrialKind.BASELINE:
             continue
         if t.state == TrialState.WAITING and A.GROUP not in ua:
             return False

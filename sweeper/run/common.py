@@ -32,6 +32,9 @@ class SweepOptions:
     sampler: str | None = None
     seed: int | None = None
     keep_best: bool = False
+    # After each measured trial, the leader in one line and the dashboard's note on the
+    # study. Only people read them: the bench's emulated sweeps turn them off.
+    notes: bool = True
 
 
 def open_host(spec: StudySpec) -> tuple[Host, str]:

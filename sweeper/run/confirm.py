@@ -27,6 +27,7 @@ from sweeper.measure import BenchResult, compare_outputs
 from sweeper.measure.stats import Ratio, Stats, speedup, summarize
 from sweeper.results import attrs as A
 from sweeper.results.headline import mark_best
+from sweeper.results.kind import TrialKind, kind_of
 from sweeper.run.session import HostSession
 from sweeper.run.trial import Measurement
 from sweeper.study import StudySpec
@@ -46,6 +47,10 @@ class Candidate:
     def stats(self) -> Stats:
         return summarize(self.runs)
 
+    def value(self, aggregate: str) -> float:
+        """The fresh runs' ``benchmark.aggregate`` (mean, median or min)."""
+        return float(getattr(self.stats, aggregate))
+
 
 @dataclass
 class ConfirmOutcome:
@@ -54,6 +59,10 @@ class ConfirmOutcome:
     winner: Candidate
     speedups: dict[str, Ratio | None]
     lossless_mismatches: dict[str, list[int]]
+    aggregate: str = "mean"  # the study's statistic of the runs, which ranks them
+
+    def value(self, c: Candidate) -> float:
+        return c.value(self.aggregate)
 
 
 def _texts(result: BenchResult) -> dict[int, str]:
@@ -74,7 +83,7 @@ def leaders(study: optuna.Study, objective: str, top: int) -> list[str]:
 
 
 def _ranked_by_sweep(trials: list[FrozenTrial], objective: str) -> list[R.ConfigResult]:
-    swept = R.config_results([t for t in trials if not t.user_attrs.get(A.CONFIRM)])
+    swept = R.config_results([t for t in trials if kind_of(t) != TrialKind.CONFIRM])
     return [r for r in R.ranked(swept, objective) if not r.is_baseline]
 
 
@@ -134,7 +143,7 @@ def after_sweep(study: optuna.Study, spec: StudySpec, sampler: str | None, top: 
                      "the winner's temperature-0 outputs against the baseline's.")
     if plan.top <= 0 or interrupted:
         return ConfirmStart(plan, False, tuple(notes))
-    objective = spec.benchmark.objective
+    objective = spec.benchmark.aggregate
     if not leaders(study, objective, plan.top):
         notes.append("Confirm phase skipped: no speculative configuration was measured.")
         return ConfirmStart(plan, False, tuple(notes))
@@ -155,7 +164,7 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2) -> Con
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     results = R.config_results(list(trials.values()))
     base_res = R.baseline_result(results)
-    ranked = _ranked_by_sweep(list(trials.values()), sweep.bench_spec.objective)
+    ranked = _ranked_by_sweep(list(trials.values()), sweep.bench_spec.aggregate)
     if not ranked:
         raise InputError(f"{sweep.spec.path}: nothing to confirm: no speculative configuration "
                          f"of study {sweep.spec.name!r} has been measured yet")
@@ -197,11 +206,13 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2) -> Con
             mismatches[c.result.config_id] = [common[i] for i in diff]
     # Lossy configurations cannot win: a fast server that changes the answers is broken.
     lossless = [c for c in contenders if not mismatches.get(c.result.config_id)]
-    winner = max(lossless, key=lambda c: c.stats.mean) if lossless else base
-    if base is not None and (winner is None or base.stats.mean > winner.stats.mean):
+    # ranked by the study's own aggregate of the fresh runs, as the sweep ranked them
+    agg = sweep.bench_spec.aggregate
+    winner = max(lossless, key=lambda c: c.value(agg)) if lossless else base
+    if base is not None and (winner is None or base.value(agg) > winner.value(agg)):
         winner = base  # nothing lossless beat "no speculation": export that, honestly
     if winner is None:  # no baseline to compare with: nothing could be checked
-        winner = max(contenders, key=lambda c: c.stats.mean)
+        winner = max(contenders, key=lambda c: c.value(agg))
     speedups = {c.result.config_id: (speedup(c.runs, base.runs) if base and c is not base
                                      else None) for c in cands}
     # The verdict's state stays small (the dashboard lists study attributes); the whole
@@ -222,8 +233,8 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2) -> Con
                      "lossless_mismatches": mismatches.get(c.result.config_id, [])}
                     for c in cands]})
     with contextlib.suppress(Exception):  # the dashboard's note is a courtesy
-        mark_best(study, sweep.bench_spec.objective)
-    return ConfirmOutcome(cands, base, winner, speedups, mismatches)
+        mark_best(study, sweep.bench_spec.aggregate)
+    return ConfirmOutcome(cands, base, winner, speedups, mismatches, agg)
 
 
 def _visit(sweep: HostSession, cand: Candidate, tag: str, bench: Any,
@@ -258,7 +269,7 @@ def print_confirm(console: Any, outcome: ConfirmOutcome) -> None:
     table = Table(title="confirm phase (fresh, interleaved runs only)", title_justify="left")
     for col in ("configuration", "runs", "tok/s (95% CI)", "vs baseline", "lossless"):
         table.add_column(col)
-    for c in sorted(outcome.candidates, key=lambda c: c.stats.mean, reverse=True):
+    for c in sorted(outcome.candidates, key=outcome.value, reverse=True):
         mism = outcome.lossless_mismatches.get(c.result.config_id)
         lossless = "-" if c.result.is_baseline else (
             "same outputs" if not mism else f"[red]differs on prompts {mism}: cannot win[/]")
@@ -268,7 +279,7 @@ def print_confirm(console: Any, outcome: ConfirmOutcome) -> None:
                       lossless)
     console.print(table)
     contenders = sorted((c for c in outcome.candidates if not c.result.is_baseline),
-                        key=lambda c: c.stats.mean, reverse=True)
+                        key=outcome.value, reverse=True)
     if len(contenders) > 1 and outcome.winner is contenders[0]:
         first, second = contenders[0], contenders[1]
         tie = speedup(first.runs, second.runs)

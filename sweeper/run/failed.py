@@ -40,7 +40,7 @@ def configuration_failed(sweep: HostSession, trial: optuna.Trial, slot: Slot, ro
         raise SweepAborted(
             f"the server rejects the study's fixed settings (the baseline, trial "
             f"{trial.number}): {sweep.secrets.scrub(str(fail))}; fix server.launcher "
-            "or server.args") from fail
+            "or server.args", reason="baseline") from fail
 
 
 def infrastructure_failed(sweep: HostSession, trial: optuna.Trial, slot: Slot, label: str,
@@ -59,4 +59,5 @@ def infrastructure_failed(sweep: HostSession, trial: optuna.Trial, slot: Slot, l
         raise SweepAborted(
             f"trial {trial.number}: {err} — the same configuration failed "
             f"{attempt} times for reasons outside it; fix the host or network, then "
-            "run the same command to resume (the configuration stays queued)") from err
+            "run the same command to resume (the configuration stays queued)",
+            reason="retries") from err

@@ -20,6 +20,7 @@ from rich.progress import (
     ProgressColumn,
     SpinnerColumn,
     Task,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
 )
@@ -57,7 +58,7 @@ class ConsoleReporter:
     def __init__(self, console: Console | None = None) -> None:
         self.console = console or Console(highlight=False)
         self._progress: Progress | None = None
-        self._task: int | None = None
+        self._task: TaskID | None = None
         self._phase = ""
 
     @property

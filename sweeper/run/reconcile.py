@@ -23,6 +23,7 @@ from sweeper.remote import Host
 from sweeper.remote.local import pid_alive  # noqa: F401 - re-exported
 from sweeper.remote.server import ServerHandle
 from sweeper.results import attrs as A
+from sweeper.results.kind import TrialKind, kind_of, ran_on_server
 from sweeper.run.record import Recorder
 
 # A sweeper writes its owner (machine, pid) on a trial right after asking for it; a trial
@@ -46,9 +47,7 @@ def counts_as_finished(t: FrozenTrial) -> bool:
     """A trial that cost a restart and ended (measured, or failed on the server). The
     proposals skipped as known failures or resolved as repeats cost nothing; confirm runs
     are not the sweep's."""
-    return t.state in (TrialState.COMPLETE, TrialState.PRUNED) and \
-        not t.user_attrs.get(A.SKIPPED) and not t.user_attrs.get(A.CONFIRM) \
-        and not t.user_attrs.get(A.REPEAT_OF)
+    return ran_on_server(t)
 
 
 def finished_count(study: optuna.Study) -> int:
@@ -103,7 +102,7 @@ def reconcile(study: optuna.Study, recorder: Recorder, host: Host | Sequence[Hos
                     stop(handle)
         recorder.fail(recorder.slot_of(t.number), "interrupted",
                       "the sweeper stopped during this trial (killed?)")
-        if not t.user_attrs.get(A.CONFIRM):
+        if kind_of(t) != TrialKind.CONFIRM:
             requeue(study, t, count_attempt=False)
         n += 1
     return n

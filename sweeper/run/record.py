@@ -224,7 +224,7 @@ class Recorder:
     def _figures(self, m: Measurement) -> tuple[dict[int, dict[str, Any]], list[float],
                                                  list[float]]:
         return objective_figures(m.levels or {self.goal.primary: m.bench}, self.goal,
-                                 m.bench.spec.objective)
+                                 m.bench.spec.aggregate)
 
     def series(self, m: Measurement) -> list[float]:
         """The objective's per-run series of a measurement (what ``complete`` records as

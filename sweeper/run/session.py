@@ -278,7 +278,7 @@ class HostSession:
         serving with ``--keep-best``, every other server stopped, the host closed."""
         summary = self.summary
         with contextlib.suppress(Exception):
-            v = R.verdict(self.study, self.bench_spec.objective)
+            v = R.verdict(self.study, self.bench_spec.aggregate)
             summary.best, summary.baseline = v.best, v.baseline
         keep = self.options.keep_best and summary.best is not None and \
             summary.stopped_because not in ("interrupted", "storage") and \

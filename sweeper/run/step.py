@@ -121,9 +121,11 @@ def _complete(s: HostSession, slot: Slot, m: Measurement, label: str) -> None:
     s.recorder.complete(slot, m, log=s.measurer.log_text(m.server), speedup=ratio)
     s.summary.finished += 1
     s.summary.complete += 1
-    headline = Headline.of(s.study, s.bench_spec.objective)
+    if not s.options.notes:
+        return
+    headline = Headline.of(s.study, s.bench_spec.aggregate)
     with contextlib.suppress(Exception):  # the dashboard's note is a courtesy
-        mark_best(s.study, s.bench_spec.objective)
+        mark_best(s.study, s.bench_spec.aggregate)
     result = m.bench
     acc = f", accept len {result.accept_length:.2f}" if result.accept_length else ""
     best = f" | {headline.short()}" if headline.short() else ""

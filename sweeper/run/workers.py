@@ -49,53 +49,12 @@ from sweeper.run.progress import NullReporter, Reporter
 from sweeper.run.reconcile import Budget, counts_as_finished, finished_count, reconcile, requeue
 from sweeper.run.session import HostSession
 from sweeper.run.step import Observer, run_trial
+from sweeper.run.worker import Busy, NoRoom, Worker
 from sweeper.search.failures import FailureMemory
 from sweeper.study import StudySpec
 
 BACKOFF_SECONDS = 1.0
 DUPLICATE_TRIES = 3  # proposals in a row already in flight elsewhere before waiting
-
-
-class NoRoom(Exception):
-    """The budget has no trial left for this worker to start."""
-
-
-class Busy(Exception):
-    """Every proposal is already being measured elsewhere: wait, then ask again."""
-
-
-class Worker:
-    """One host's worker: its session, the trial it runs, and why it was retired."""
-
-    def __init__(self, session: HostSession, label: str, group: str) -> None:
-        self.session = session
-        self.label = label
-        self.group = group
-        self.busy: int | None = None  # the trial it is running
-        self.retired = ""
-        self.repeats_in_a_row = 0  # accidental repeats answered since its last restart
-        self.last_failure = ""
-
-    @property
-    def study(self) -> optuna.Study:
-        return self.session.study
-
-    def record(self, state: str, trial: int | None = None, why: str = "") -> None:
-        with contextlib.suppress(Exception):  # the storage may be what failed
-            record_host(self.study, self.label, state, group=self.group, trial=trial, why=why)
-
-    def interrupt(self) -> None:
-        """Ctrl-C: its trial recorded as interrupted and queued again, its server stopped."""
-        number = self.busy
-        s = self.session
-        if number is not None:
-            with contextlib.suppress(Exception):
-                t = self.study.get_trials(deepcopy=False)[number]
-                if t.state == TrialState.RUNNING:
-                    s.recorder.fail(s.recorder.slot_of(number), "interrupted",
-                                    "interrupted by the user (Ctrl-C / SIGTERM)")
-                    requeue(self.study, t, count_attempt=False)
-        s.measurer.stop(best_effort=True)
 
 
 class HostPool:
@@ -306,7 +265,8 @@ class HostPool:
         if not self.live and finished_count(study) < self.target:
             raise SweepAborted("every host was retired: "
                                + "; ".join(f"{w.label}: {w.retired}" for w in self.workers)
-                               + ". Fix the hosts, then run the same command to resume")
+                               + ". Fix the hosts, then run the same command to resume",
+                               reason="hosts")
         return self.summary
 
     def _run_threads(self, deadline: float | None) -> None:
@@ -414,7 +374,7 @@ class HostPool:
                 self._abort(SweepAborted(
                     f"the sampler proposed {self._skipped} configurations known to fail; "
                     "the space left may be too small or mostly failing: narrow the space "
-                    "in the study file"))
+                    "in the study file", reason="skips"))
                 return False
             return True
         with self._lock:
@@ -426,7 +386,7 @@ class HostPool:
             self._abort(SweepAborted(
                 f"{consecutive} trials in a row failed; the last: {w.last_failure}. "
                 "Check the study's server settings and the hosts, then run the same "
-                "command to resume"))
+                "command to resume", reason="failures"))
             return False
         return True
 

@@ -203,6 +203,8 @@ class SearchSpace:
 
         space = self.spec.space
         eff: dict[str, Any] = {}
+        k: Any
+        s: Any
         k = get(self._topk) if self._topk is not None else _MISSING
         s = get(self._steps[k]) if k is not _MISSING else _MISSING
         # _MISSING only for a start_from entry that leaves the speculative numbers out
@@ -227,12 +229,15 @@ class SearchSpace:
 
     def suggest(self, trial: optuna.trial.BaseTrial) -> dict[str, Any]:
         """Ask ``trial`` for a configuration; returns the effective parameters."""
-        return self._walk(lambda slot: _suggest(trial, str(slot.name), slot.dist))
+        def pick(slot: Slot) -> Any:
+            assert slot.dist is not None  # only sampled slots are picked
+            return _suggest(trial, str(slot.name), slot.dist)
+        return self._walk(pick)
 
     def effective(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """Effective parameters of a finished trial's ``trial.params``."""
         def pick(slot: Slot) -> Any:
-            if slot.name in params:
+            if slot.name is not None and slot.name in params:
                 return params[slot.name]
             if slot.legacy is not None and slot.legacy in params:
                 return slot.encode(params[slot.legacy])  # a trial of the per-branch space

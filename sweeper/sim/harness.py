@@ -82,7 +82,7 @@ def stream_chat(
 ) -> StreamResult:
     """POST a streaming /v1/chat/completions with include_usage; read it to [DONE]."""
     parsed = urllib.parse.urlsplit(url)
-    conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=timeout)
+    conn = http.client.HTTPConnection(parsed.hostname or "127.0.0.1", parsed.port, timeout=timeout)
     body = {
         "model": "sim", "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens, "temperature": 0, "stream": True, "ignore_eos": ignore_eos,

@@ -1,6 +1,7 @@
 """SGLang's launch-flag rules: flags + env -> the configuration the server would run.
 
-Defaults and adjustments follow server_args.py and the speculative hook (shared/SGLANG.md):
+Defaults and adjustments follow SGLang's python/sglang/srt/server_args.py and its
+speculative hook (docs/SGLANG.md, "Launch"):
 all-or-none steps/topk/draft tokens, topk 1 forcing draft tokens = steps + 1, the adaptive
 hook (sweeper.sim.adaptive), draft TP dividing TP. A configuration also gets its fixed
 residual speed factor here (profile ``noise.config_residual_sd``), so every consumer of a

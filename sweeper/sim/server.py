@@ -1,6 +1,7 @@
 """SGLang's HTTP API over the simulated engine (stdlib http.server, one thread per request).
 
-Endpoints and JSON shapes follow SGLang (shared/SGLANG.md): /health, /health_generate,
+Endpoints and JSON shapes follow SGLang (docs/SGLANG.md, "HTTP endpoints"): /health,
+/health_generate,
 /get_model_info, /v1/models, /get_server_info (+ /server_info), /flush_cache,
 /v1/chat/completions (streaming SSE with a final usage chunk) and /generate (meta_info with
 spec_verify_ct and spec_accept_histogram). Every JSON answer that describes the server says

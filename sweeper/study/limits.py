@@ -111,7 +111,7 @@ class _BoundedLoader(yaml.SafeLoader):
         self.path: list[str] = []
         self.composed = 0
 
-    def compose_node(self, parent: Node | None, index: Any) -> Node:  # type: ignore[override]
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         if parent is not None:
             key = isinstance(parent, MappingNode) and index is None
             self.path.append(_KEY if key else _part(index))

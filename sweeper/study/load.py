@@ -252,8 +252,9 @@ def _http_url(url: str) -> bool:
         port = parts.port  # ValueError when out of range or not a number
     except ValueError:
         return False
-    return parts.scheme in ("http", "https") and bool(parts.hostname) and \
-        is_address(parts.hostname) and (port is None or 1 <= port <= 65535)
+    host = parts.hostname
+    return parts.scheme in ("http", "https") and host is not None and is_address(host) \
+        and (port is None or 1 <= port <= 65535)
 
 
 def _check_path(path: Path, key: str, value: str) -> None:

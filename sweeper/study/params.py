@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sweeper.study.base import ENV_PREFIX, UNSET, coerce_float, fail, render_value, show, suggest
 from sweeper.study.rules import ParamSpec
@@ -43,7 +43,8 @@ def parse_param(path: Path, name: str, raw: Any) -> ParamSpec:
     for k in raw:
         if k not in PARAM_KEYS:
             fail(path, f"{key}.{k}", f"unknown key {show(k)}", suggest(str(k), PARAM_KEYS))
-    kinds = [k for k in ("int", "float", "choices") if k in raw]
+    kinds: list[Literal["int", "float", "choices"]] = [
+        k for k in ("int", "float", "choices") if k in raw]
     if len(kinds) != 1:
         fail(path, key, "give exactly one of int, float, choices" +
               (f" (got {', '.join(kinds)})" if kinds else ""),

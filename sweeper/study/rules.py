@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from sweeper.study.base import (
     ALGORITHM,
@@ -24,9 +24,7 @@ from sweeper.study.base import (
     show,
     suggest,
 )
-
-if TYPE_CHECKING:
-    from sweeper.study.spec import StudySpec
+from sweeper.study.sections import ServerSpec
 
 
 @dataclass(frozen=True)
@@ -124,7 +122,8 @@ def _spec_number(path: Path, name: str, space: dict[str, ParamSpec],
             if p.kind == "float" or isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 fail(path, f"space.{name}", f"{name} takes positive integers, got {show(v)}",
                       "use {int: [lo, hi]} or integer choices >= 1")
-        if p.kind == "int" and len(range(int(p.low), int(p.high) + 1, p.step or 1)) > 256:
+        if p.kind == "int" and p.low is not None and p.high is not None and \
+                len(range(int(p.low), int(p.high) + 1, p.step or 1)) > 256:
             # every (topk, steps) pair becomes a branch: keep that enumerable
             fail(path, f"space.{name}.int", f"{p.describe()} is too wide for {name}",
                   "keep it within 256 values")
@@ -182,6 +181,21 @@ def check_rules(path: Path, space: dict[str, ParamSpec], args: dict[str, Any]
 def _attr(flag: str) -> str:
     return {STEPS: "steps", TOPK: "topk", DRAFT: "draft"}[flag]
 
+
+
+class StudySpec(Protocol):
+    """What ``check_config`` reads of a study (study/spec.StudySpec): a protocol, so that
+    spec.py imports this module and not the other way round."""
+
+    @property
+    def path(self) -> Path: ...
+    @property
+    def rules(self) -> SpeculativeRules: ...
+    @property
+    def space(self) -> Mapping[str, ParamSpec]: ...
+    @property
+    def server(self) -> ServerSpec: ...
+    def fixed(self, name: str) -> Any: ...
 
 
 def check_config(spec: StudySpec, params: dict[str, Any], key: str) -> dict[str, Any]:

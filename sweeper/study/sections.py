@@ -97,7 +97,7 @@ class ServerSpec(_Model):
 
 
 class BenchSpec(_Model):
-    """What to measure, the study's ``benchmark:`` section. The fields below ``objective``
+    """What to measure, the study's ``benchmark:`` section. The fields below ``aggregate``
     are the client's patience; a study may set them, and rarely needs to.
 
     Built directly (``sweeper bench``, tests), a bad value is an InputError naming it."""
@@ -108,14 +108,17 @@ class BenchSpec(_Model):
     # A configuration close to the best measured is measured longer on the same server
     # start, up to this many runs (a batch of ``runs`` more while the pick between them is
     # uncertain: search/model/racing.worth_more_runs). None: always ``runs``. One level
-    # and objective mean only (a min or median over more runs is another statistic).
+    # and aggregate mean only (a min or median over more runs is another statistic).
     max_runs: int | None = Field(None, ge=1)
     warmup: int = Field(1, ge=0)
     # one level, or several measured on the same server start (study/objective.py)
     concurrency: int | list[int] = 1
     prompts: str = "builtin"  # or a path to a .jsonl file
     request_timeout: Duration = 600.0  # total deadline per request, enforced by the client
-    objective: Literal["mean", "median", "min"] = "mean"  # of per-run tok/s
+    # The statistic of the per-run tok/s a trial is told as (what the study's top-level
+    # ``objective:`` maximises). Called ``objective`` before; a study file that still says
+    # ``benchmark.aggregate: median`` means the same (``_old_name``).
+    aggregate: Literal["mean", "median", "min"] = "mean"
     # POST /flush_cache before every run: each starts from an empty prefix cache, so every
     # run (and every configuration) measures the same work
     flush_cache: bool = True
@@ -150,6 +153,13 @@ class BenchSpec(_Model):
                     problems.append(f"{name}: {err['msg'].lower()}")
             raise InputError("benchmark: " + "; ".join(problems)) from None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _old_name(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "objective" in data and "aggregate" not in data:
+            data = {k if k != "objective" else "aggregate": v for k, v in data.items()}
+        return data
+
     @model_validator(mode="after")
     def _max_runs_covers_runs(self) -> BenchSpec:
         if self.max_runs is not None and self.max_runs < self.runs:
@@ -160,7 +170,7 @@ class BenchSpec(_Model):
     def extends(self) -> bool:
         """Whether a trial's benchmark may run past ``runs`` (see ``max_runs``)."""
         return self.max_runs is not None and self.max_runs > self.runs and \
-            len(self.levels) == 1 and self.objective == "mean"
+            len(self.levels) == 1 and self.aggregate == "mean"
 
     @property
     def levels(self) -> tuple[int, ...]:

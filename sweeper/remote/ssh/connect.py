@@ -36,7 +36,7 @@ class Connection:
 
     def active(self) -> bool:
         return all(
-            (c.get_transport() is not None and c.get_transport().is_active()) for c in self.clients
+            ((t := c.get_transport()) is not None and t.is_active()) for c in self.clients
         )
 
     def close(self) -> None:
@@ -56,7 +56,8 @@ def connect_hop(
                 hop.hostname,
                 port=hop.port,
                 username=hop.user,
-                key_filename=list(hop.identity_files) or None,
+                # paramiko takes a list of files too (its stubs say one)
+                key_filename=list(hop.identity_files) or None,  # type: ignore[arg-type]
                 # Agent and ~/.ssh/id_* as OpenSSH would try them, after the configured keys.
                 allow_agent=True,
                 look_for_keys=True,

@@ -16,6 +16,8 @@ from sweeper.remote.ssh.faults import TRANSPORT_ERRORS, Transient
 from sweeper.remote.ssh.hostkeys import DEFAULT_KNOWN_HOSTS, fingerprint_sha256
 from sweeper.remote.target import SSHTarget
 
+UNREACHABLE: tuple[type[BaseException], ...] = (*TRANSPORT_ERRORS, Transient)
+
 
 def fetch_host_key(
     target: SSHTarget | str,
@@ -44,7 +46,7 @@ def fetch_host_key(
             key = transport.get_remote_server_key()
         finally:
             transport.close()
-    except (*TRANSPORT_ERRORS, Transient) as exc:
+    except UNREACHABLE as exc:
         raise HostUnreachable(f"ssh {final.name}: cannot read its host key: {exc}") from exc
     finally:
         if jumps is not None:

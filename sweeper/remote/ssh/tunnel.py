@@ -8,6 +8,7 @@ import logging
 import select
 import socket
 import threading
+from typing import Any
 
 import paramiko
 
@@ -56,7 +57,8 @@ class Tunnel:
             self._pairs.add(pair)
         try:
             while not self._closing.is_set():
-                ready, _, _ = select.select([conn, chan], [], [], 0.2)
+                waited: list[Any] = [conn, chan]  # a socket and a paramiko Channel
+                ready, _, _ = select.select(waited, [], [], 0.2)
                 if conn in ready:
                     data = conn.recv(65536)
                     if not data:

@@ -20,6 +20,7 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.results import attrs as A
+from sweeper.results.kind import TrialKind, kind_of
 from sweeper.study import DRAFT, STEPS, TOPK
 
 DRAFT_TP = "speculative-draft-tp-size"
@@ -119,12 +120,13 @@ def read_history(trials: Sequence[FrozenTrial]) -> History:
     for t in trials:
         ua = t.user_attrs
         cid = ua.get(A.CONFIG_ID)
+        kind = kind_of(t)
         if cid is None or t.state not in (TrialState.COMPLETE, TrialState.PRUNED) \
-                or ua.get(A.REPEAT_OF):  # an accidental repeat told an earlier mean: no runs
+                or kind == TrialKind.REPEAT:  # an accidental repeat told an earlier mean: no runs
             continue
         eff = dict(ua.get(A.EFFECTIVE) or {})
         if t.state == TrialState.PRUNED:
-            if ua.get(A.SKIPPED):
+            if kind == TrialKind.SKIPPED:
                 skipped[cid] = eff
             elif cid not in outcomes or not outcomes[cid].failed:
                 outcomes[cid] = Outcome(cid, eff, True, ua.get(A.FAILURE))

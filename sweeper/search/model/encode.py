@@ -122,10 +122,11 @@ class Batch:
 
     def __init__(self, enc: Encoder, effs: Sequence[Mapping[str, Any]]) -> None:
         self.effs = list(effs)
-        shapes = [enc.shape(e) for e in self.effs]
-        if any(s is None for s in shapes):
+        maybe = [enc.shape(e) for e in self.effs]
+        shapes = [s for s in maybe if s is not None]
+        if len(shapes) < len(maybe):
             raise ValueError("every configuration of a batch must be speculative")
-        self.shapes = sorted(set(shapes), key=lambda s: (s.steps, s.topk, s.draft, s.draft_tp))  # type: ignore[union-attr]
+        self.shapes = sorted(set(shapes), key=lambda s: (s.steps, s.topk, s.draft, s.draft_tp))
         index = {s: i for i, s in enumerate(self.shapes)}
         self.shape_ix = np.array([index[s] for s in shapes], dtype=int)
         self.X = np.array([enc.cycle_features(s) for s in self.shapes])  # per distinct shape
@@ -134,7 +135,7 @@ class Batch:
         self.U = np.array([enc.kernel_features(e) for e in self.effs])
         # for rules over sizes: every configuration's numbers, and the rest as one key
         self.sizes = np.array([[s.steps, s.topk, s.draft] for s in shapes]).reshape(-1, 3)
-        self.tp = np.array([s.draft_tp for s in shapes])  # type: ignore[union-attr]
+        self.tp = np.array([s.draft_tp for s in shapes])
         rest = [sorted((k, str(v)) for k, v in others(e).items()) for e in self.effs]
         self.rest_codes: dict[str, int] = {}
         self.rest = np.array([self.rest_codes.setdefault(repr(r), len(self.rest_codes))

@@ -44,6 +44,7 @@ from optuna.trial import FrozenTrial, TrialState
 from scipy.stats import norm
 
 from sweeper.results import attrs as A
+from sweeper.results.kind import ran_on_server
 from sweeper.search.model.candidates import Candidate, enumerate_candidates
 from sweeper.search.model.data import History, read_history
 from sweeper.search.model.encode import Batch, Encoder
@@ -74,10 +75,8 @@ def _fits(dist: BaseDistribution, value: Any) -> bool:
 
 
 def _finished(t: FrozenTrial) -> bool:
-    """A trial that cost a restart (run/reconcile.counts_as_finished's rule)."""
-    ua = t.user_attrs
-    return t.state in (TrialState.COMPLETE, TrialState.PRUNED) and not ua.get(A.SKIPPED) \
-        and not ua.get(A.CONFIRM) and not ua.get(A.REPEAT_OF)
+    """A trial that cost a restart (results/kind.py)."""
+    return ran_on_server(t)
 
 
 class ModelSampler(BaseSampler):

@@ -1,0 +1,55 @@
+"""One host's worker in the trial loop (run/workers.py): its session, the trial it runs,
+its repeats in a row and why it was retired; and the two signals of claiming a trial."""
+
+from __future__ import annotations
+
+import contextlib
+
+import optuna
+from optuna.trial import TrialState
+
+from sweeper.results.hosts import record_host
+from sweeper.run.reconcile import requeue
+from sweeper.run.session import HostSession
+
+
+class NoRoom(Exception):
+    """The budget has no trial left for this worker to start."""
+
+
+class Busy(Exception):
+    """Every proposal is already being measured elsewhere: wait, then ask again."""
+
+
+class Worker:
+    """One host's worker: its session, the trial it runs, and why it was retired."""
+
+    def __init__(self, session: HostSession, label: str, group: str) -> None:
+        self.session = session
+        self.label = label
+        self.group = group
+        self.busy: int | None = None  # the trial it is running
+        self.retired = ""
+        self.repeats_in_a_row = 0  # accidental repeats answered since its last restart
+        self.last_failure = ""
+
+    @property
+    def study(self) -> optuna.Study:
+        return self.session.study
+
+    def record(self, state: str, trial: int | None = None, why: str = "") -> None:
+        with contextlib.suppress(Exception):  # the storage may be what failed
+            record_host(self.study, self.label, state, group=self.group, trial=trial, why=why)
+
+    def interrupt(self) -> None:
+        """Ctrl-C: its trial recorded as interrupted and queued again, its server stopped."""
+        number = self.busy
+        s = self.session
+        if number is not None:
+            with contextlib.suppress(Exception):
+                t = self.study.get_trials(deepcopy=False)[number]
+                if t.state == TrialState.RUNNING:
+                    s.recorder.fail(s.recorder.slot_of(number), "interrupted",
+                                    "interrupted by the user (Ctrl-C / SIGTERM)")
+                    requeue(self.study, t, count_attempt=False)
+        s.measurer.stop(best_effort=True)
