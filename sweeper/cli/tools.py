@@ -14,6 +14,7 @@ from sweeper.cli.common import StudyOpt, app, err, errors, load, out
 @errors
 def validate(study: StudyOpt) -> None:
     """Check a study file and show what it will search. Starts nothing."""
+    from sweeper.measure.prompts import coverage_note, study_prompts
     from sweeper.search.space import SearchSpace
 
     spec = load(study)
@@ -28,6 +29,16 @@ def validate(study: StudyOpt) -> None:
               f"measures every level on one server start); objective: "
               f"{spec.objective.describe()}", markup=False)
     out.print(f"  flags SGLang must accept: {', '.join(sorted(space.emitted_flags()))}")
+    b = spec.benchmark
+    prompts = study_prompts(spec.path, b.prompts, b.input_tokens)
+    cats = sorted({c for c in prompts.categories if c is not None})
+    out.print(f"  prompts: {prompts.source}, {len(prompts)} ("
+              f"{f'{len(cats)} categories' if cats else 'no categories'}; one fixed order "
+              f"for every trial), temperature {b.temperature:g}", markup=False)
+    for level in spec.objective.levels:
+        note = coverage_note(prompts, b.runs, level)
+        if note:
+            err.print(f"warning: {note}", markup=False)
 
 
 @app.command()
@@ -40,15 +51,21 @@ def bench(
     concurrency: Annotated[int, typer.Option(min=1)] = 1,
     api: Annotated[Literal["chat", "generate"], typer.Option(
         help="The API to stream from.")] = "chat",
-    prompts: Annotated[str, typer.Option(help="builtin or a .jsonl file")] = "builtin",
+    prompts: Annotated[str, typer.Option(help="builtin, synthetic, or a JSONL file (sweeper's "
+                                               "messages, ShareGPT or MT-Bench)")] = "builtin",
+    input_tokens: Annotated[int | None, typer.Option(
+        min=1, help="With --prompts synthetic: prompts of about this many tokens.")] = None,
+    temperature: Annotated[float, typer.Option(
+        min=0, max=2, help="Sampling temperature of the measured runs.")] = 0.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Benchmark one running server (the same code the sweep's trials use)."""
     from sweeper.measure import BenchSpec, format_table, load_prompts, run_benchmark
 
     spec = BenchSpec(api=api, max_tokens=max_tokens, runs=runs, warmup=warmup,
-                     concurrency=concurrency, prompts=prompts)
-    prompt_set = load_prompts(prompts)
+                     concurrency=concurrency, prompts=prompts, input_tokens=input_tokens,
+                     temperature=temperature)
+    prompt_set = load_prompts(prompts, input_tokens)
     progress = (lambda m: None) if as_json else (lambda m: err.print(f"[dim]{m}[/]"))
     result = run_benchmark(url.rstrip("/"), spec, on_progress=progress, prompts=prompt_set)
     simulated = _is_simulated(url.rstrip("/"))

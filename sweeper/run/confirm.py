@@ -57,8 +57,10 @@ class ConfirmOutcome:
 
 
 def _texts(result: BenchResult) -> dict[int, str]:
+    """Temperature-0 outputs by prompt: the measured runs', or the warm-up's (always at 0)
+    when the study measures at another temperature."""
     out: dict[int, str] = {}
-    for run in result.runs:
+    for run in result.runs if result.spec.temperature == 0 else result.warmup_runs:
         for req in run.requests:
             if req.ok and req.prompt_index not in out:
                 out[req.prompt_index] = req.text
