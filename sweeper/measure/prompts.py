@@ -43,7 +43,17 @@ SYNTHETIC = "synthetic"
 SYNTHETIC_PROMPTS = 32  # distinct synthetic prompts: enough for 32 concurrent streams
 # Common English words that most LLM tokenizers (BPE, SentencePiece) keep as one token
 # with their leading space: N of them make a prompt of about N input tokens.
-_SYNTH_WORDS = ["time", "year", "people", "way", "day", "man", "thing", "woman", "life", "child", "world", "school", "state", "family", "student", "group", "country", "problem", "hand", "part", "place", "case", "week", "company", "system", "program", "question", "work", "government", "number", "night", "point", "home", "water", "room", "mother", "area", "money", "story", "fact", "month", "lot", "right", "study", "book", "eye", "job", "word", "business", "issue", "side", "kind", "head", "house", "service", "friend", "father", "power", "hour", "game", "line", "end", "member", "law", "car", "city", "community", "name", "president", "team", "minute", "idea", "kid", "body", "information", "back", "parent", "face", "others", "level", "office", "door", "health", "person", "art", "war", "history", "party", "result", "change", "morning", "reason", "research", "girl", "guy", "moment", "air", "teacher", "force", "education"]
+_SYNTH_TEXT = (
+    "time year people way day man thing woman life child world school state family "
+    "student group country problem hand part place case week company system program "
+    "question work government number night point home water room mother area money "
+    "story fact month lot right study book eye job word business issue side kind "
+    "head house service friend father power hour game line end member law car city "
+    "community name president team minute idea kid body information back parent face "
+    "others level office door health person art war history party result change "
+    "morning reason research girl guy moment air teacher force education"
+)
+_SYNTH_WORDS = _SYNTH_TEXT.split()
 
 
 @dataclass(frozen=True)
