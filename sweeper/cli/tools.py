@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -39,6 +39,41 @@ def validate(study: StudyOpt) -> None:
         note = coverage_note(prompts, b.runs, level)
         if note:
             err.print(f"warning: {note}", markup=False)
+    out.print(f"  {_plan_text(spec, space)}", markup=False)
+
+
+def _plan_text(spec: Any, space: Any, trials: int = 40) -> str:
+    """The space's size and the node time of the study as written (``optimize``'s
+    default of 40 trials, the confirm phase the study asks for)."""
+    from sweeper.run.confirm import confirm_plan
+    from sweeper.search.nodetime import Costs, plan_seconds
+
+    seen: set[str] = set()
+    try:
+        for _, eff in space.configurations():
+            seen.add(repr(sorted(eff.items())))
+            if len(seen) > 1_000_000:
+                break
+        size = f"{len(seen):,}{'+' if len(seen) > 1_000_000 else ''} configurations"
+    except TypeError:
+        size = "a continuous range (not countable)"
+    b, sw = spec.benchmark, spec.sweep
+    plan = confirm_plan(spec)
+    restarts = trials + plan.restarts  # the baseline is one of the trials
+    runs = b.runs * len(spec.objective.levels)
+    top = b.max_runs if b.extends and b.max_runs else b.runs
+    text = (f"space: {size}; as written (--trials {trials}, confirm "
+            f"{plan.restarts} restarts): {restarts} restarts, "
+            f"{restarts * runs:,}-{restarts * top * len(spec.objective.levels):,} runs")
+    if sw.restart_cost is None or sw.run_cost is None:
+        return text + "; set sweep.restart_cost and sweep.run_cost to see the node-hours"
+    costs = Costs(sw.restart_cost, sw.run_cost)
+    confirm_runs = plan.runs * (plan.top + 1) if plan.top else 0
+    low, high = plan_seconds(costs, trials, runs, b.warmup,
+                             top * len(spec.objective.levels), plan.restarts, confirm_runs)
+    return text + (f"; node time {low / 3600:.1f}-{high / 3600:.1f} h at "
+                   f"{sw.restart_cost:g} s a restart and {sw.run_cost:g} s a run "
+                   f"(sweep.stop_when_sure {sw.stop_when_sure:g} may end it sooner)")
 
 
 @app.command()

@@ -191,8 +191,14 @@ class SweepSpec(_Model):
     n_startup_trials: int = Field(8, ge=0)
     confirm_top: int = Field(0, ge=0)
     confirm_runs: int = Field(5, ge=1)
-    # stop when the pick is this sure to be within 1% of the best (search/budget.py)
+    # stop when the pick is this sure to be within 1% of the best (search/nodetime.py);
+    # 1 never stops early (--trials is the bound)
     stop_when_sure: float = Field(0.95, gt=0, le=1)
+    # node-seconds of a restart (to healthy) and of one benchmark run on this node, for
+    # `validate`'s estimate of the node time; unset, the sweep measures them (the
+    # baseline's start-up, the runs' durations)
+    restart_cost: Duration | None = None
+    run_cost: Duration | None = None
 
 
 class StudyFile(_Model):
