@@ -162,6 +162,15 @@ Z95 = 1.959963984540054
 Starts = Sequence[Sequence[float]]  # one configuration: its runs, start by start
 
 
+def add_start(starts: list[list[float]], runs: Sequence[float], reused: bool) -> None:
+    """A trial's runs as a new server start, or on the previous start when the trial
+    reused the server still running its configuration (its start-up took 0 s)."""
+    if starts and reused:
+        starts[-1] = [*starts[-1], *runs]
+    else:
+        starts.append(list(runs))
+
+
 def _logs(starts: Starts) -> list[list[float]]:
     return [[math.log(v) for v in s if v > 0] for s in starts if any(v > 0 for v in s)]
 
@@ -334,3 +343,32 @@ def paired_log_ratio(a: Sequence[tuple[int, float]], b: Sequence[tuple[int, floa
              for j in common]
     return statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs)), \
         len(common)
+
+
+def prompt_effects(groups: Sequence[Sequence[tuple[int, float]]], shrink: float = 2.0,
+                   rounds: int = 3) -> dict[int, float]:
+    """Each prompt position's effect on log tok/s, shared by the configurations of
+    ``groups`` (each a configuration's (position, tok/s) runs): what a prompt adds to every
+    configuration measured on it, estimated around each configuration's own mean
+    (alternating a few rounds) and shrunk towards 0 by ``shrink`` runs' worth of prior
+    (a position seen once says little); centred on the positions seen.
+
+    Dividing a run by exp(effect) compares configurations prompt by prompt: one measured
+    longer on harder prompts is not ranked down for it, and the prompts' own spread
+    leaves the run-to-run variance."""
+    logs = [[(p, math.log(v)) for p, v in g if v > 0] for g in groups]
+    logs = [g for g in logs if g]
+    eff: dict[int, float] = {}
+    for _ in range(rounds):
+        sums: dict[int, float] = {}
+        counts: dict[int, int] = {}
+        for g in logs:
+            mu = statistics.fmean(x - eff.get(p, 0.0) for p, x in g)
+            for p, x in g:
+                sums[p] = sums.get(p, 0.0) + x - mu
+                counts[p] = counts.get(p, 0) + 1
+        eff = {p: sums[p] / (counts[p] + shrink) for p in sums}
+        if eff:
+            centre = statistics.fmean(eff.values())
+            eff = {p: e - centre for p, e in eff.items()}
+    return eff

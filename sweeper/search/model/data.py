@@ -19,7 +19,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from sweeper.measure.stats import start_variance, two_level
+from sweeper.measure.stats import add_start, start_variance, two_level
 from sweeper.results import attrs as A
 from sweeper.study import DRAFT, STEPS, TOPK
 
@@ -116,15 +116,6 @@ class History:
         return statistics.median(cvs) if cvs else 0.05
 
 
-def add_start(starts: list[list[float]], runs: list[float], attrs: Mapping[str, Any]) -> None:
-    """A trial's runs as a new server start, or on the previous one when the trial reused
-    the server still running its configuration (start-up 0 s)."""
-    if starts and attrs.get(A.STARTUP) == 0:
-        starts[-1] = [*starts[-1], *runs]
-    else:
-        starts.append(list(runs))
-
-
 def read_history(trials: Sequence[FrozenTrial]) -> History:
     obs: dict[str, Observation] = {}
     outcomes: dict[str, Outcome] = {}
@@ -150,11 +141,11 @@ def read_history(trials: Sequence[FrozenTrial]) -> History:
         if ua.get(A.ROLE) == A.BASELINE:
             baseline = baseline or Observation(cid, eff)
             baseline.runs.extend(runs)
-            add_start(baseline.starts, runs, ua)
+            add_start(baseline.starts, runs, ua.get(A.STARTUP) == 0)
             continue
         o = obs.setdefault(cid, Observation(cid, eff))
         o.runs.extend(runs)
-        add_start(o.starts, runs, ua)
+        add_start(o.starts, runs, ua.get(A.STARTUP) == 0)
         o.trials.append(t.number)
         acc = ua.get(A.ACCEPT) or ua.get(A.ACCEPT_LOG)
         if acc:
