@@ -59,16 +59,25 @@ def test_the_pick_does_not_depend_on_the_order_the_prompts_came_in() -> None:
 
 
 def test_the_winners_interval_and_speedup_include_the_start_variance() -> None:
-    v = R.verdict(_study())
+    study = optuna.create_study(direction="maximize")
+    flat = list(range(1))  # no prompt positions: the starts alone
+    _add(study, "base", _runs(60.0, 1.0, flat * 100, 1), None, A.BASELINE)
+    for k, speed in enumerate((1.0, 1.04)):  # two starts 4% apart, 100 runs each
+        _add(study, "a", [100.0 * speed * math.exp(random.Random(k).gauss(0, 0.01))
+                          for _ in range(100)], None)
+    _add(study, "b", _runs(90.0, 1.0, flat * 100, 2), None)
+    v = R.verdict(study)
     assert v.best is not None and v.baseline is not None
     st = v.best.stats
     assert st.mean == summarize(v.best.runs).mean
-    assert [len(s) for s in v.best.starts] == [10, 10]
+    assert [len(s) for s in v.best.starts] == [100, 100]
     assert v.start is not None and v.start.configs == 1 and v.start.tau2 > 0
     text = v.start_text()
     assert text is not None and "two starts" in text
     # however many runs, two starts cannot know the configuration better than this
     assert math.log(st.ci_high / st.mean) >= 1.959 * math.sqrt(v.start.tau2 / 2)
+    plain = summarize(v.best.runs)  # 200 runs taken as independent: far narrower
+    assert st.ci_high - st.ci_low > 5 * (plain.ci_high - plain.ci_low)
     ratio = R.speedup_over(v.best, v.baseline)  # the baseline: one start
     assert ratio is not None
     assert math.log(ratio.high / ratio.ratio) >= 1.959 * math.sqrt(1.5 * v.start.tau2)
