@@ -372,3 +372,23 @@ def prompt_effects(groups: Sequence[Sequence[tuple[int, float]]], shrink: float 
             centre = statistics.fmean(eff.values())
             eff = {p: e - centre for p, e in eff.items()}
     return eff
+
+
+def consistent_starts(reference: Starts, candidates: Starts, tau2: float,
+                      floor_cv: float = 0.0, z: float = 3.0) -> list[list[float]]:
+    """The starts of ``candidates`` whose mean agrees with ``reference``'s two-level
+    estimate within ``z`` standard errors (the reference's error, the between-start
+    variance and the start's own run noise). A sweep's start that led because it was
+    lucky far beyond what starts differ by (the winner's curse) is left out of a pool
+    with fresh, unselected starts; the others join it."""
+    ref_groups = _positive(reference)
+    if not ref_groups:
+        return [list(s) for s in candidates]
+    ref = two_level(ref_groups, tau2, floor_cv)
+    sigma2 = within_variance([ref_groups, candidates], floor_cv)
+    out = []
+    for s in _positive(candidates):
+        se = math.sqrt(ref.se**2 + tau2 + sigma2 / len(s))
+        if abs(math.log(statistics.fmean(s)) - math.log(ref.mean)) <= z * se:
+            out.append(s)
+    return out

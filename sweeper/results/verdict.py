@@ -22,6 +22,7 @@ from sweeper.measure.stats import (
     Stats,
     TwoLevel,
     add_start,
+    consistent_starts,
     p_within_starts,
     prompt_effects,
     speedup,
@@ -146,6 +147,19 @@ def two_levels(results: Sequence[ConfigResult], tau2: float | None = None) -> St
     return sv
 
 
+def next_prompt_round(trials: Sequence[FrozenTrial], config_id: str) -> int:
+    """Where the next benchmark of ``config_id`` starts in the prompt set's one order
+    (measure/client.run_benchmark's ``first_round``): after every run its earlier trials
+    made, so a replicate or a confirm visit continues where the previous batch stopped."""
+    done = 0
+    for t in trials:
+        ua = t.user_attrs
+        if ua.get(A.CONFIG_ID) == config_id and t.state == TrialState.COMPLETE \
+                and not ua.get(A.REPEAT_OF):
+            done += len(ua.get(A.RUNS) or []) + int(ua.get(A.RUNS_FLAGGED) or 0)
+    return done
+
+
 def baseline_result(results: Sequence[ConfigResult]) -> ConfigResult | None:
     return next((r for r in results if r.is_baseline), None)
 
@@ -157,8 +171,9 @@ def ranked(results: Sequence[ConfigResult], objective: str = "mean") -> list[Con
 @dataclass
 class Verdict:
     """The best configuration and the baseline it is compared with. After a confirm
-    phase both come from its fresh, interleaved runs only: the sweep's own figures for
-    the leader are biased upward (it leads *because* some of its runs were high).
+    phase its winner wins, and every start of it counts, the sweep's and the confirm
+    phase's interleaved ones: on two levels the sweep's start (which may lead *because*
+    it was fast) weighs as one start among several.
 
     A study of several levels also has a winner per level (``per_level``: every
     measurement of each configuration pooled, lossy ones left out), and a ``pareto``
@@ -239,13 +254,28 @@ def _verdict(trials: Sequence[FrozenTrial], confirmed: dict[str, Any] | None, ob
     top = [r for r in ranked(results, objective) if r.config_id not in lossy]
     if confirmed:
         # the runs of the last confirm phase, exactly as its table showed them
+        # its winner, every start of it pooled, the sweep's and the confirm phase's,
+        # unless a sweep start disagrees with the fresh ones beyond what starts differ
+        # by (a lucky start: the winner's curse): then the fresh runs alone
         numbers = {n for ns in (confirmed.get("trials") or {}).values() for n in ns}
         fresh = config_results([t for t in trials if t.user_attrs.get(A.CONFIRM)
                                 and (not numbers or t.number in numbers)], sv.tau2)
+        swept = config_results([t for t in trials if not t.user_attrs.get(A.CONFIRM)],
+                               sv.tau2)
+
+        def pooled(f: ConfigResult | None) -> ConfigResult | None:
+            whole = next((r for r in results if f and r.config_id == f.config_id), None)
+            mine = next((r for r in swept if f and r.config_id == f.config_id), None)
+            if f is None or whole is None or mine is None:
+                return f
+            keep = consistent_starts(f.by_start(), mine.by_start(), sv.tau2)
+            return whole if len(keep) == len(mine.by_start()) else f
+
         winner = next((r for r in fresh if r.config_id == confirmed.get("winner")), None)
         if winner is not None:
-            return Verdict(winner, baseline_result(fresh), True,
-                           sure=_sure(winner, top, sv.tau2), start=sv)
+            best = pooled(winner)
+            return Verdict(best, pooled(baseline_result(fresh)), True,
+                           sure=_sure(best, top, sv.tau2), start=sv)
     best = top[0] if top else None
     return Verdict(best, baseline_result(results), False, sure=_sure(best, top, sv.tau2),
                    start=sv)

@@ -326,7 +326,9 @@ class Sweep:
                                         label=prefix,
                                         on_start=lambda h: self.recorder.server_started(slot, h),
                                         primary=self.spec.objective.primary,
-                                        more=more_runs(self.study, cid, self.bench_spec))
+                                        more=more_runs(self.study, cid, self.bench_spec),
+                                        first_round=R.next_prompt_round(
+                                            self.study.get_trials(deepcopy=False), cid))
             except ServerErrorResponse as err:
                 raise server_error(err, int(trial.user_attrs.get(A.ATTEMPT, 0)),
                                    self.spec.sweep.max_retries) from err
