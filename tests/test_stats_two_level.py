@@ -9,6 +9,7 @@ import pytest
 
 from sweeper.measure.stats import (
     START_PRIOR_SD,
+    consistent_starts,
     p_within_starts,
     paired_log_ratio,
     se2_after,
@@ -104,3 +105,11 @@ def test_paired_comparison_removes_the_prompts_own_spread() -> None:
     # the order the prompts came in does not change the comparison
     assert paired_log_ratio(list(reversed(a)), b) == pytest.approx((d, se, n))
     assert paired_log_ratio(a[:1], b) is None
+
+
+def test_a_lucky_start_is_left_out_of_a_pool_with_fresh_starts() -> None:
+    fresh = [[100.0, 104.0, 96.0], [101.0, 97.0, 103.0]]
+    sweep = [[150.0, 150.0], [102.0, 99.0]]  # a start 50% high, and an ordinary one
+    kept = consistent_starts(fresh, sweep, 0.02**2)
+    assert kept == [[102.0, 99.0]]
+    assert consistent_starts([], sweep, 0.02**2) == sweep
