@@ -107,3 +107,11 @@ def test_runs_without_positions_are_compared_as_before() -> None:
     v = R.verdict(study)
     assert v.best is not None and v.best.config_id == "a" and v.best.positions == []
     assert v.sure is not None and v.sure > 0.9
+
+
+def test_the_summary_reports_the_spread_between_starts() -> None:
+    from sweeper.results.headline import Headline
+
+    lines = Headline.of(_study()).lines()
+    assert any(ln.startswith("Server starts differ by ") for ln in lines), lines
+    assert any("start by start" in ln for ln in lines)
