@@ -226,7 +226,8 @@ class EmulatedMeasurer:
     def measure(self, config: LaunchConfig, tag: str, bench: BenchSpec, *, label: str = "",
                 on_start: Callable[[ServerHandle], None] | None = None,
                 phase: str = "", primary: int | None = None,
-                more: Callable[[list[float]], int] | None = None) -> Measurement:
+                more: Callable[[list[float]], int] | None = None,
+                first_round: int = 0) -> Measurement:
         cid = config.config_id()
         expect = self.truth.config(cid, config)
         reused = self.current is not None and self.current.config_id == cid

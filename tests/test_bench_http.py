@@ -199,12 +199,14 @@ def test_chat_stream_counts_tokens_from_usage(fake: FakeServer) -> None:
         8,
     )
     assert bodies[0]["model"] == "kimi"
-    # warm-up w uses prompt w; run i uses prompt i
+    # the set's one order (measure/prompts.py): warm-up w sends run w's prompt
+    seq = PROMPTS.sequence
     assert [b["messages"][0]["content"] for b in bodies] == [
-        "question 0",
-        "question 0",
-        "question 1",
+        f"question {seq[0]}",
+        f"question {seq[0]}",
+        f"question {seq[1]}",
     ]
+    assert [r.position for r in res.runs] == [0, 1]
     d = res.to_dict()
     json.dumps(d, allow_nan=False)
     assert d["prompt_hash"] == "h" * 64 and d["stats"]["n"] == 2 and d["spec"]["max_tokens"] == 8

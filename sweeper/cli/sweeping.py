@@ -76,6 +76,8 @@ def optimize(
 ) -> None:
     """Run the sweep: restart SGLang with each proposed configuration and benchmark it."""
     spec = load(study)  # first: bad input is refused before the heavy imports
+    from sweeper.measure.prompts import study_prompts  # refused here, not after a start
+    study_prompts(spec.path, spec.benchmark.prompts, spec.benchmark.input_tokens)
     if spec.objective.multi and sampler == "model":
         raise InputError(f"{spec.path}: objective: pareto has two objectives; --sampler model "
                          "predicts one: use tpe or random")
@@ -166,12 +168,14 @@ def confirm(study: StudyOpt, storage: StorageOpt = None,
             ) -> None:
     """Re-measure the top configurations and the baseline, interleaved, and pick the
     winner on those fresh runs (what `export` then writes)."""
+    from sweeper.measure.prompts import study_prompts
     from sweeper.run.common import SweepOptions
     from sweeper.run.hostview import host_view
     from sweeper.run.progress import ConsoleReporter
     from sweeper.run.session import HostSession
 
     spec = load(study)
+    study_prompts(spec.path, spec.benchmark.prompts, spec.benchmark.input_tokens)
     reporter = ConsoleReporter(out)
     sweep = HostSession(host_view(spec, 0), SweepOptions(trials=0, storage=storage), reporter)
     sweep.open(require_existing=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -14,6 +14,7 @@ from sweeper.cli.common import StudyOpt, app, err, errors, load, out
 @errors
 def validate(study: StudyOpt) -> None:
     """Check a study file and show what it will search. Starts nothing."""
+    from sweeper.measure.prompts import coverage_note, study_prompts
     from sweeper.search.space import SearchSpace
 
     spec = load(study)
@@ -28,6 +29,51 @@ def validate(study: StudyOpt) -> None:
               f"measures every level on one server start); objective: "
               f"{spec.objective.describe()}", markup=False)
     out.print(f"  flags SGLang must accept: {', '.join(sorted(space.emitted_flags()))}")
+    b = spec.benchmark
+    prompts = study_prompts(spec.path, b.prompts, b.input_tokens)
+    cats = sorted({c for c in prompts.categories if c is not None})
+    out.print(f"  prompts: {prompts.source}, {len(prompts)} ("
+              f"{f'{len(cats)} categories' if cats else 'no categories'}; one fixed order "
+              f"for every trial), temperature {b.temperature:g}", markup=False)
+    for level in spec.objective.levels:
+        coverage = coverage_note(prompts, b.runs, level)
+        if coverage:
+            err.print(f"warning: {coverage}", markup=False)
+    out.print(f"  {_plan_text(spec, space)}", markup=False)
+
+
+def _plan_text(spec: Any, space: Any, trials: int = 40) -> str:
+    """The space's size and the node time of the study as written (``optimize``'s
+    default of 40 trials, the confirm phase the study asks for)."""
+    from sweeper.run.confirm import confirm_plan
+    from sweeper.search.nodetime import Costs, plan_seconds
+
+    seen: set[str] = set()
+    try:
+        for _, eff in space.configurations():
+            seen.add(repr(sorted(eff.items())))
+            if len(seen) > 1_000_000:
+                break
+        size = f"{len(seen):,}{'+' if len(seen) > 1_000_000 else ''} configurations"
+    except TypeError:
+        size = "a continuous range (not countable)"
+    b, sw = spec.benchmark, spec.sweep
+    plan = confirm_plan(spec)
+    restarts = trials + plan.restarts  # the baseline is one of the trials
+    runs = b.runs * len(spec.objective.levels)
+    top = b.max_runs if b.extends and b.max_runs else b.runs
+    text = (f"space: {size}; as written (--trials {trials}, confirm "
+            f"{plan.restarts} restarts): {restarts} restarts, "
+            f"{restarts * runs:,}-{restarts * top * len(spec.objective.levels):,} runs")
+    if sw.restart_cost is None or sw.run_cost is None:
+        return text + "; set sweep.restart_cost and sweep.run_cost to see the node-hours"
+    costs = Costs(sw.restart_cost, sw.run_cost)
+    confirm_runs = plan.runs * (plan.top + 1) if plan.top else 0
+    low, high = plan_seconds(costs, trials, runs, b.warmup,
+                             top * len(spec.objective.levels), plan.restarts, confirm_runs)
+    return text + (f"; node time {low / 3600:.1f}-{high / 3600:.1f} h at "
+                   f"{sw.restart_cost:g} s a restart and {sw.run_cost:g} s a run "
+                   f"(sweep.stop_when_sure {sw.stop_when_sure:g} may end it sooner)")
 
 
 @app.command()
@@ -40,15 +86,21 @@ def bench(
     concurrency: Annotated[int, typer.Option(min=1)] = 1,
     api: Annotated[Literal["chat", "generate"], typer.Option(
         help="The API to stream from.")] = "chat",
-    prompts: Annotated[str, typer.Option(help="builtin or a .jsonl file")] = "builtin",
+    prompts: Annotated[str, typer.Option(help="builtin, synthetic, or a JSONL file (sweeper's "
+                                               "messages, ShareGPT or MT-Bench)")] = "builtin",
+    input_tokens: Annotated[int | None, typer.Option(
+        min=1, help="With --prompts synthetic: prompts of about this many tokens.")] = None,
+    temperature: Annotated[float, typer.Option(
+        min=0, max=2, help="Sampling temperature of the measured runs.")] = 0.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Benchmark one running server (the same code the sweep's trials use)."""
     from sweeper.measure import BenchSpec, format_table, load_prompts, run_benchmark
 
     spec = BenchSpec(api=api, max_tokens=max_tokens, runs=runs, warmup=warmup,
-                     concurrency=concurrency, prompts=prompts)
-    prompt_set = load_prompts(prompts)
+                     concurrency=concurrency, prompts=prompts, input_tokens=input_tokens,
+                     temperature=temperature)
+    prompt_set = load_prompts(prompts, input_tokens)
     progress = (lambda m: None) if as_json else (lambda m: err.print(f"[dim]{m}[/]"))
     result = run_benchmark(url.rstrip("/"), spec, on_progress=progress, prompts=prompt_set)
     simulated = _is_simulated(url.rstrip("/"))

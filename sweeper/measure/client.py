@@ -98,14 +98,14 @@ class _Runner:
             pass  # the model name is cosmetic for SGLang: "default" is accepted
         return "default"
 
-    def request_body(self, idx: int) -> tuple[str, dict[str, Any]]:
+    def request_body(self, idx: int, temperature: float) -> tuple[str, dict[str, Any]]:
         msgs = self.prompts.prompts[idx]
         if self.spec.api == "chat":
             return f"{self.base}/v1/chat/completions", {
                 "model": self.model or "default",
                 "messages": msgs,
                 "max_tokens": self.spec.max_tokens,
-                "temperature": 0,
+                "temperature": temperature,
                 "stream": True,
                 "stream_options": {"include_usage": True},
                 "ignore_eos": True,
@@ -114,7 +114,7 @@ class _Runner:
             "text": render_plain(msgs),
             "sampling_params": {
                 "max_new_tokens": self.spec.max_tokens,
-                "temperature": 0,
+                "temperature": temperature,
                 "ignore_eos": True,
             },
             "stream": True,
@@ -156,8 +156,8 @@ class _Runner:
                 return finish(False, f"request deadline of {self.spec.request_timeout:g}s exceeded")
         raise Retryable("the stream ended before [DONE] (server closed the connection)")
 
-    def request(self, idx: int) -> RequestResult:
-        url, body = self.request_body(idx)
+    def request(self, idx: int, temperature: float = 0.0) -> RequestResult:
+        url, body = self.request_body(idx, temperature)
         attempts = 0
         last: list[Retryable] = []
 
@@ -193,19 +193,26 @@ class _Runner:
                 f"benchmark request to {url} failed after {attempts} attempt(s): {exc.reason}"
             ) from exc
 
-    def run_round(self, pool: ThreadPoolExecutor, index: int, warmup: bool) -> RunResult:
-        c, n = self.spec.concurrency, len(self.prompts)
+    def run_round(self, pool: ThreadPoolExecutor, index: int, warmup: bool,
+                  prompt_round: int) -> RunResult:
+        """Run ``index`` of this benchmark, on the prompts of round ``prompt_round`` of the
+        set's one sequence (measure/prompts.py): concurrent streams take consecutive
+        prompts of it, so a round never sends one prompt twice when the set is large enough."""
+        c = self.spec.concurrency
         assert isinstance(c, int), "run_benchmark measures one level (BenchSpec.at_level)"
-        # Run i uses prompt i; concurrent streams take the following prompts, so a round
-        # never sends one prompt twice when the set is large enough.
-        idxs = [(index * c + j) % n for j in range(c)]
+        idxs = self.prompts.round_prompts(prompt_round, c)
+        # Warm-up runs at temperature 0 whatever benchmark.temperature says: unmeasured,
+        # they are the reference outputs of the lossless check (run/confirm.py).
+        temp = 0.0 if warmup else self.spec.temperature
         t0 = time.perf_counter()
         if c == 1:
-            reqs = [self.request(idxs[0])]
+            reqs = [self.request(idxs[0], temp)]
         else:
-            futures = [pool.submit(self.request, i) for i in idxs]
+            futures = [pool.submit(self.request, i, temp) for i in idxs]
             reqs = [f.result() for f in futures]
-        return make_run(index, reqs, time.perf_counter() - t0, warmup)
+        return make_run(index, reqs, time.perf_counter() - t0, warmup,
+                        position=(prompt_round * c) % len(self.prompts),
+                        categories=[self.prompts.category(i) for i in idxs])
 
     def flush_cache(self) -> bool:
         """POST /flush_cache (SGLang empties its prefix/radix cache; 400 while requests
@@ -259,6 +266,7 @@ def run_benchmark(
     prompts: PromptSet | None = None,
     api_key: str | None = None,
     more: Callable[[list[float]], int] | None = None,
+    first_round: int = 0,
 ) -> BenchResult:
     """Benchmark the server at ``base_url``: warm-up, measured runs, statistics.
 
@@ -274,8 +282,14 @@ def run_benchmark(
     ``more``: asked after the ``runs`` measured runs, with the counted runs' tok/s, how many
     further runs to make (0: stop); asked again after those, up to ``spec.max_runs`` in all
     (only when ``spec.extends``).
+
+    ``first_round``: where in the prompt set's one sequence the measured runs start, in
+    rounds of ``concurrency`` prompts: the rounds this configuration was measured with
+    before (measure/prompts.next_round), so a replicate or confirm visit continues where
+    the previous batch stopped; 0 for a configuration's first benchmark. Warm-up run w sends
+    the prompts of measured run w (the cache is flushed in between).
     """
-    prompt_set = prompts or load_prompts(spec.prompts)
+    prompt_set = prompts or load_prompts(spec.prompts, spec.input_tokens)
     progress = on_progress or (lambda _msg: None)
     started = datetime.now(UTC).isoformat(timespec="seconds")
     t_start = time.perf_counter()
@@ -305,7 +319,8 @@ def run_benchmark(
             nonlocal unflushed
             runner.check_server()
             unflushed += not runner.flush_cache()
-            return runner.run_round(pool, index, warmup=warmup)
+            return runner.run_round(pool, index, warmup=warmup,
+                                    prompt_round=first_round + index)
 
         for w in range(spec.warmup):
             warm.append(one_round(w, warmup=True))

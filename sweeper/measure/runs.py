@@ -60,6 +60,10 @@ class RunResult:
     error: str | None
     short: bool
     warmup: bool = False
+    # where its prompts start in the prompt set's one sequence (measure/prompts.py): two
+    # runs at the same position and concurrency sent the same prompts (a pair)
+    position: int | None = None
+    categories: list[str | None] = field(default_factory=list)  # per request
 
     @property
     def counted(self) -> bool:
@@ -77,11 +81,15 @@ class RunResult:
             "error": self.error,
             "short": self.short,
             "counted": self.counted,
+            "position": self.position,
+            "categories": self.categories,
             "requests": [r.to_dict(include_text) for r in self.requests],
         }
 
 
-def make_run(index: int, requests: list[RequestResult], wall: float, warmup: bool) -> RunResult:
+def make_run(index: int, requests: list[RequestResult], wall: float, warmup: bool,
+             position: int | None = None,
+             categories: list[str | None] | None = None) -> RunResult:
     errors = [r.error for r in requests if not r.ok]
     tokens = sum(r.completion_tokens for r in requests if r.ok)
     if len(requests) == 1:
@@ -99,6 +107,8 @@ def make_run(index: int, requests: list[RequestResult], wall: float, warmup: boo
         error="; ".join(sorted({str(e) for e in errors})) if errors else None,
         short=any(r.short for r in requests),
         warmup=warmup,
+        position=position,
+        categories=list(categories or []),
     )
 
 
@@ -142,6 +152,12 @@ class BenchResult:
     def n_excluded(self) -> int:
         return sum(1 for run in self.runs if not run.counted)
 
+    @property
+    def counted_positions(self) -> list[int | None]:
+        """Per counted run (the order of ``stats``' runs), where its prompts start in the
+        set's sequence: the key that pairs runs of two configurations."""
+        return [r.position for r in self.runs if r.counted]
+
     def outputs(self) -> list[str]:
         """Generated texts of the measured runs, in run then stream order (lossless check)."""
         return [r.text for run in self.runs for r in run.requests]
@@ -176,6 +192,7 @@ class BenchResult:
             "per_position_acceptance": self.per_position_acceptance,
             "cache_flush_failures": self.cache_flush_failures,
             "prompt_hash": self.prompt_hash,
+            "run_positions": self.counted_positions,
             "spec": self.spec.to_dict(),
             "base_url": self.base_url,
             "model": self.model,

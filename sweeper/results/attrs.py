@@ -21,6 +21,9 @@ REPLAYED_FROM = "replayed_from"  # measured in this trial, stored later (run/pen
 REPLAY_ID = "replay_id"  # the kept record's id: a replay never writes it twice
 
 RUNS = "tok_s_runs"  # per-run tok/s of the counted runs
+# per counted run, where its prompts start in the prompt set's one order (measure/prompts.py):
+# runs at the same position sent the same prompts (compared prompt by prompt)
+RUN_POSITIONS = "run_positions"
 TOK_S_MEAN = "tok_s_mean"
 TOK_S_STDEV = "tok_s_stdev"
 TOK_S_MIN = "tok_s_min"

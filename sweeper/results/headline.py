@@ -40,13 +40,14 @@ class Headline:
     per_level: dict[int, R.ConfigResult] = field(default_factory=dict)
     front: list[R.ConfigResult] = field(default_factory=list)
     sure: float | None = None
+    start_note: str | None = None  # the between-start spread measured (Verdict.start_text)
 
     @classmethod
     def of(cls, study: optuna.Study, objective: str = "mean",
            trials: list[FrozenTrial] | None = None) -> Headline:
         v = R.verdict(study, objective, trials)
         return cls(v.best, v.baseline, v.confirmed, goal=v.goal, per_level=v.per_level,
-                   front=v.front, sure=v.sure)
+                   front=v.front, sure=v.sure, start_note=v.start_text())
 
     def how_sure(self) -> str | None:
         """``How sure: 87% that it is within 1% of every other configuration measured``"""
@@ -55,7 +56,8 @@ class Headline:
         # every configuration measured, sweep and confirm runs pooled (verdict._sure),
         # whether or not a confirm phase ran
         return (f"How sure: {self.sure:.0%} that it is within {R.SURE_TOL:.0%} of every "
-                f"other configuration measured (pooled runs, normal approximation)")
+                f"other configuration measured (start by start: the spread between server "
+                f"starts included)")
 
     @property
     def unit(self) -> str:
@@ -136,10 +138,13 @@ class Headline:
             out.append(f"Speedup over baseline ({self.baseline.stats.mean:.1f} tok/s): "
                        f"{R.fmt_ratio(self.speedup)}")
         if self.confirmed:
-            out.append("(the winner of the confirm phase, on its fresh interleaved runs)")
+            out.append("(the winner of the confirm phase, on its interleaved fresh starts "
+                       "and the trials listed)")
         sure = self.how_sure()
         if sure:
             out.append(sure)
+        if self.start_note:
+            out.append(self.start_note[0].upper() + self.start_note[1:] + ".")
         if len(self.goal.levels) > 1:
             out[0] = f"Best for {self.goal.describe()}: {out[0].removeprefix('Best: ')}"
             out += ["Winner per level:", *self.level_lines()]

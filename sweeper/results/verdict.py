@@ -9,13 +9,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from sweeper.measure.stats import Ratio, Stats, p_within, speedup, summarize
+from sweeper.measure.stats import (
+    Z95,
+    Ratio,
+    StartVariance,
+    Stats,
+    TwoLevel,
+    add_start,
+    consistent_starts,
+    p_within_starts,
+    prompt_effects,
+    speedup,
+    start_variance,
+    summarize,
+    two_level,
+    within_variance,
+)
 from sweeper.results import attrs as A
 from sweeper.results.kind import TrialKind, kind_of
 from sweeper.results.labels import short_params  # noqa: F401 - re-exported
@@ -36,10 +51,28 @@ class ConfigResult:
     launch: dict[str, Any] = field(default_factory=dict)
     # every concurrency level's pooled figures, for a study of several levels
     levels: dict[int, LevelRuns] = field(default_factory=dict)
+    # the same runs by server start (a trial that reused the running server: the same
+    # start), and (prompt position, tok/s) of the runs that recorded where they started
+    starts: list[list[float]] = field(default_factory=list)
+    positions: list[tuple[int, float]] = field(default_factory=list)
+    # two levels (measure/stats.two_level): this configuration's estimate with the
+    # study's between-start variance, runs compared prompt by prompt; set by config_results
+    two: TwoLevel | None = None
+    paired_starts: list[list[float]] = field(default_factory=list)
 
     @property
     def stats(self) -> Stats:
-        return summarize(self.runs)
+        """The pooled runs' summary; its interval is the two-level one (the between-start
+        variance included) when ``config_results`` estimated it."""
+        st = summarize(self.runs)
+        if self.two is None or st.n < 2 or not self.two.se:
+            return st
+        half = math.exp(Z95 * self.two.se)
+        return replace(st, ci_low=st.mean / half, ci_high=st.mean * half)
+
+    def by_start(self) -> list[list[float]]:
+        """Runs by start for the two-level statistics (prompt-adjusted when known)."""
+        return self.paired_starts or self.starts or [list(self.runs)]
 
     @property
     def accept_length(self) -> float | None:
@@ -59,9 +92,11 @@ def _role(t: FrozenTrial) -> str:
     return str(t.user_attrs.get(A.ROLE, "sampler"))
 
 
-def config_results(trials: Sequence[FrozenTrial]) -> list[ConfigResult]:
+def config_results(trials: Sequence[FrozenTrial], tau2: float | None = None
+                   ) -> list[ConfigResult]:
     """COMPLETE trials grouped by configuration; a configuration measured in several
-    trials is one configuration whose runs are pooled."""
+    trials is one configuration whose runs are pooled (and kept by start: ``two_levels``;
+    ``tau2``: the between-start variance to use, default: what these trials show)."""
     groups: dict[str, ConfigResult] = {}
     for t in trials:
         if t.state != TrialState.COMPLETE or A.CONFIG_ID not in t.user_attrs \
@@ -76,11 +111,55 @@ def config_results(trials: Sequence[FrozenTrial]) -> list[ConfigResult]:
         res.trials.append(t.number)
         runs = t.user_attrs.get(A.RUNS) or ([t.value] if len(t.values or []) == 1 else [])
         res.runs.extend(float(v) for v in runs)
+        add_start(res.starts, [float(v) for v in runs], t.user_attrs.get(A.STARTUP) == 0)
+        where = t.user_attrs.get(A.RUN_POSITIONS) or []
+        if len(where) == len(runs):
+            res.positions.extend((int(p), float(v)) for p, v in zip(where, runs, strict=True)
+                                 if p is not None)
         if t.user_attrs.get(A.ACCEPT) is not None:
             res.accept_lengths.append(float(t.user_attrs[A.ACCEPT]))
         for level, summary in (t.user_attrs.get(A.LEVELS) or {}).items():
             res.levels.setdefault(int(level), LevelRuns(int(level))).add(summary)
-    return [g for g in groups.values() if g.runs]
+    out = [g for g in groups.values() if g.runs]
+    two_levels(out, tau2)
+    return out
+
+
+def two_levels(results: Sequence[ConfigResult], tau2: float | None = None) -> StartVariance:
+    """Give every result its two-level estimate: the between-start variance pooled over
+    them all (``tau2`` when given), and runs compared prompt by prompt where they recorded
+    their prompt positions (the speculative configurations' shared prompt effects taken
+    out: measure/stats.prompt_effects)."""
+    spec = [r for r in results if not r.is_baseline and r.positions]
+    eff = prompt_effects([r.positions for r in spec]) if len(spec) > 1 else {}
+    for r in results:
+        r.paired_starts = []
+        if eff and r in spec and len(r.positions) == len(r.runs):
+            adjusted = [v * math.exp(-eff.get(p, 0.0)) for p, v in r.positions]
+            sizes = [len(s) for s in r.starts]
+            r.paired_starts = [adjusted[sum(sizes[:i]):sum(sizes[:i + 1])]
+                               for i in range(len(sizes))]
+    groups = [r.by_start() for r in results]
+    sv = start_variance(groups)
+    if tau2 is not None:
+        sv = StartVariance(tau2, sv.configs, sv.df)
+    floor = math.sqrt(within_variance(groups))
+    for r in results:
+        r.two = two_level(r.by_start(), sv.tau2, floor)
+    return sv
+
+
+def next_prompt_round(trials: Sequence[FrozenTrial], config_id: str) -> int:
+    """Where the next benchmark of ``config_id`` starts in the prompt set's one order
+    (measure/client.run_benchmark's ``first_round``): after every run its earlier trials
+    made, so a replicate or a confirm visit continues where the previous batch stopped."""
+    done = 0
+    for t in trials:
+        ua = t.user_attrs
+        if ua.get(A.CONFIG_ID) == config_id and t.state == TrialState.COMPLETE \
+                and not ua.get(A.REPEAT_OF):
+            done += len(ua.get(A.RUNS) or []) + int(ua.get(A.RUNS_FLAGGED) or 0)
+    return done
 
 
 def baseline_result(results: Sequence[ConfigResult]) -> ConfigResult | None:
@@ -94,8 +173,9 @@ def ranked(results: Sequence[ConfigResult], objective: str = "mean") -> list[Con
 @dataclass
 class Verdict:
     """The best configuration and the baseline it is compared with. After a confirm
-    phase both come from its fresh, interleaved runs only: the sweep's own figures for
-    the leader are biased upward (it leads *because* some of its runs were high).
+    phase its winner wins, and every start of it counts, the sweep's and the confirm
+    phase's interleaved ones: on two levels the sweep's start (which may lead *because*
+    it was fast) weighs as one start among several.
 
     A study of several levels also has a winner per level (``per_level``: every
     measurement of each configuration pooled, lossy ones left out), and a ``pareto``
@@ -109,8 +189,18 @@ class Verdict:
     per_level: dict[int, ConfigResult] = field(default_factory=dict)
     front: list[ConfigResult] = field(default_factory=list)
     # estimated probability that the best is truly within 1% of every other configuration
-    # it was chosen from (measure/stats.p_within); None with nothing to compare
+    # it was chosen from (measure/stats.p_within_starts: two levels); None with nothing
+    # to compare
     sure: float | None = None
+    # the between-start spread measured on this node (measure/stats.start_variance)
+    start: StartVariance | None = None
+
+    def start_text(self) -> str | None:
+        """The between-start spread in words, for the summary (None: not measured yet)."""
+        if self.start is None or not self.start.configs:
+            return None
+        return (f"server starts differ by {self.start.sd:.1%} (sd of a start's speed, "
+                f"from {self.start.configs} configuration(s) measured on two starts or more)")
 
     @property
     def levels(self) -> tuple[int, ...]:
@@ -120,14 +210,18 @@ class Verdict:
 SURE_TOL = 0.01
 
 
-def _sure(best: ConfigResult | None, pool: Sequence[ConfigResult]) -> float | None:
+def _sure(best: ConfigResult | None, pool: Sequence[ConfigResult], tau2: float
+          ) -> float | None:
     """Every measurement of the winner (sweep, racing and confirm runs pooled) against
-    every other configuration measured that could win."""
+    every other configuration measured that could win, start by start (two levels)."""
     if best is None:
         return None
     mine = next((r for r in pool if r.config_id == best.config_id), best)
-    rest = [r.runs for r in pool if r.config_id != best.config_id and r.runs]
-    return p_within(mine.runs, rest, SURE_TOL) if rest else None
+    rest = [r.by_start() for r in pool if r.config_id != best.config_id and r.runs]
+    if not rest:
+        return None
+    return p_within_starts(mine.by_start(), rest, tau2, SURE_TOL,
+                           math.sqrt(within_variance([mine.by_start(), *rest])))
 
 
 def study_goal(study: optuna.Study) -> Objective:
@@ -148,26 +242,45 @@ def verdict(study: optuna.Study, objective: str = "mean",
             return Verdict(None, baseline_result(config_results(trials)), False, goal,
                            per_level, pareto_front(pooled, goal))
         v = _verdict(trials, confirmed, objective, lossy)
-        return Verdict(v.best, v.baseline, v.confirmed, goal, per_level, sure=v.sure)
+        return Verdict(v.best, v.baseline, v.confirmed, goal, per_level, sure=v.sure,
+                       start=v.start)
     return _verdict(trials, confirmed, objective, lossy)
 
 
 def _verdict(trials: Sequence[FrozenTrial], confirmed: dict[str, Any] | None, objective: str,
              lossy: set[str]) -> Verdict:
     results = config_results(trials)
+    sv = start_variance([r.by_start() for r in results])
     # configurations the last confirm phase found lossy (outputs unlike the baseline's)
     # never win, here either (run/confirm.py decides which)
     top = [r for r in ranked(results, objective) if r.config_id not in lossy]
     if confirmed:
         # the runs of the last confirm phase, exactly as its table showed them
+        # its winner, every start of it pooled, the sweep's and the confirm phase's,
+        # unless a sweep start disagrees with the fresh ones beyond what starts differ
+        # by (a lucky start: the winner's curse): then the fresh runs alone
         numbers = {n for ns in (confirmed.get("trials") or {}).values() for n in ns}
         fresh = config_results([t for t in trials if kind_of(t) == TrialKind.CONFIRM
-                                and (not numbers or t.number in numbers)])
+                                and (not numbers or t.number in numbers)], sv.tau2)
+        swept = config_results([t for t in trials if kind_of(t) != TrialKind.CONFIRM],
+                               sv.tau2)
+
+        def pooled(f: ConfigResult | None) -> ConfigResult | None:
+            whole = next((r for r in results if f and r.config_id == f.config_id), None)
+            mine = next((r for r in swept if f and r.config_id == f.config_id), None)
+            if f is None or whole is None or mine is None:
+                return f
+            keep = consistent_starts(f.by_start(), mine.by_start(), sv.tau2)
+            return whole if len(keep) == len(mine.by_start()) else f
+
         winner = next((r for r in fresh if r.config_id == confirmed.get("winner")), None)
         if winner is not None:
-            return Verdict(winner, baseline_result(fresh), True, sure=_sure(winner, top))
+            best = pooled(winner)
+            return Verdict(best, pooled(baseline_result(fresh)), True,
+                           sure=_sure(best, top, sv.tau2), start=sv)
     best = top[0] if top else None
-    return Verdict(best, baseline_result(results), False, sure=_sure(best, top))
+    return Verdict(best, baseline_result(results), False, sure=_sure(best, top, sv.tau2),
+                   start=sv)
 
 
 def best_result(study: optuna.Study, objective: str = "mean",
@@ -177,8 +290,14 @@ def best_result(study: optuna.Study, objective: str = "mean",
 
 
 def speedup_over(result: ConfigResult, base: ConfigResult | None) -> Ratio | None:
+    """``result`` over ``base``; with two-level estimates (``config_results``), the
+    interval includes the between-start variance of both."""
     if base is None or not result.runs or not base.runs:
         return None
+    if result.two is not None and base.two is not None:
+        r = speedup(result.runs, base.runs)
+        se = math.hypot(result.two.se, base.two.se)
+        return Ratio(r.ratio, r.ratio * math.exp(-Z95 * se), r.ratio * math.exp(Z95 * se))
     return speedup(result.runs, base.runs)
 
 

@@ -24,7 +24,15 @@ import sweeper.results.verdict as R
 from sweeper.errors import InputError
 from sweeper.launch import LaunchConfig
 from sweeper.measure import BenchResult, compare_outputs
-from sweeper.measure.stats import Ratio, Stats, speedup, summarize
+from sweeper.measure.stats import (
+    Ratio,
+    Stats,
+    consistent_starts,
+    speedup,
+    start_variance,
+    summarize,
+    two_level,
+)
 from sweeper.results import attrs as A
 from sweeper.results.headline import mark_best
 from sweeper.results.kind import TrialKind, kind_of
@@ -40,6 +48,7 @@ class Candidate:
     params: dict[str, Any]
     distributions: dict[str, optuna.distributions.BaseDistribution]
     runs: list[float] = field(default_factory=list)
+    starts: list[list[float]] = field(default_factory=list)  # this phase's runs by visit
     texts: dict[int, str] = field(default_factory=dict)  # prompt index -> output
     trials: list[int] = field(default_factory=list)  # this phase's trials of it
 
@@ -66,8 +75,10 @@ class ConfirmOutcome:
 
 
 def _texts(result: BenchResult) -> dict[int, str]:
+    """Temperature-0 outputs by prompt: the measured runs', or the warm-up's (always at 0)
+    when the study measures at another temperature."""
     out: dict[int, str] = {}
-    for run in result.runs:
+    for run in result.runs if result.spec.temperature == 0 else result.warmup_runs:
         for req in run.requests:
             if req.ok and req.prompt_index not in out:
                 out[req.prompt_index] = req.text
@@ -116,7 +127,9 @@ def confirm_plan(spec: StudySpec, sampler: str | None = None, top: int | None = 
     if skip:
         return ConfirmPlan(0, 0, 0)
     if top is None and (sampler or spec.sweep.sampler) == "model" and spec.sweep.confirm_top:
-        return ConfirmPlan(1, 1, spec.sweep.confirm_runs, racing=True)
+        # two interleaved starts each: one fresh start says as little about a
+        # configuration as one sweep start (server starts differ)
+        return ConfirmPlan(1, 2, spec.sweep.confirm_runs, racing=True)
     k = spec.sweep.confirm_top if top is None else top
     return ConfirmPlan(k, 2, spec.sweep.confirm_runs)
 
@@ -184,12 +197,15 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2) -> Con
         for cand in order:
             label = R.short_params(cand.result.effective)
             m, number = _visit(sweep, cand, f"confirm-{cand.result.config_id}-{rnd}", bench,
-                               f"confirm round {rnd + 1}/{rounds}: {label}: ")
+                               f"confirm round {rnd + 1}/{rounds}: {label}: ",
+                               R.next_prompt_round(study.get_trials(deepcopy=False),
+                                                   cand.result.config_id))
             cand.trials.append(number)
             visits += 1
             sweep.report.progress(visits, total)
             ok_runs = sweep.recorder.series(m)  # the objective's runs (every level)
             cand.runs.extend(ok_runs)
+            cand.starts.append(list(ok_runs))
             for idx, text in _texts(m.bench).items():
                 cand.texts.setdefault(idx, text)
             sweep.report.line(f"confirm {rnd + 1}/{rounds}: {label}: "
@@ -206,10 +222,20 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2) -> Con
             mismatches[c.result.config_id] = [common[i] for i in diff]
     # Lossy configurations cannot win: a fast server that changes the answers is broken.
     lossless = [c for c in contenders if not mismatches.get(c.result.config_id)]
-    # ranked by the study's own aggregate of the fresh runs, as the sweep ranked them
+    # every start counts, the sweep's and this phase's (two levels: measure/stats)
+    tau2 = start_variance([r.by_start() for r in results]
+                          + [c.starts for c in cands if c.starts]).tau2
     agg = sweep.bench_spec.aggregate
-    winner = max(lossless, key=lambda c: c.value(agg)) if lossless else base
-    if base is not None and (winner is None or base.value(agg) > winner.value(agg)):
+
+    def score(c: Candidate) -> float:
+        """The study's own aggregate; a mean pools every start (no lucky sweep start)."""
+        if agg != "mean":
+            return c.value(agg)
+        swept = consistent_starts(c.starts, c.result.by_start(), tau2)
+        return two_level(swept + c.starts, tau2).mean
+
+    winner = max(lossless, key=score) if lossless else base
+    if base is not None and (winner is None or score(base) > score(winner)):
         winner = base  # nothing lossless beat "no speculation": export that, honestly
     if winner is None:  # no baseline to compare with: nothing could be checked
         winner = max(contenders, key=lambda c: c.value(agg))
@@ -238,7 +264,7 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2) -> Con
 
 
 def _visit(sweep: HostSession, cand: Candidate, tag: str, bench: Any,
-           label: str) -> tuple[Measurement, int]:
+           label: str, first_round: int = 0) -> tuple[Measurement, int]:
     """One confirm measurement, kept as a finished trial with its evidence (role confirm,
     or baseline): nothing measured is lost, and the dashboard shows it. The trial exists
     before the server starts, so a sweeper killed here leaves a server someone can find."""
@@ -250,7 +276,8 @@ def _visit(sweep: HostSession, cand: Candidate, tag: str, bench: Any,
     try:
         m = sweep.measurer.measure(cand.config, tag, bench, label=label,
                                  on_start=lambda h: rec.server_started(slot, h),
-                                 phase="confirm-", primary=sweep.spec.objective.primary)
+                                 phase="confirm-", primary=sweep.spec.objective.primary,
+                                 first_round=first_round)
     except BaseException as exc:
         rec.fail(slot, getattr(exc, "kind", "interrupted"), str(exc) or type(exc).__name__)
         raise

@@ -14,8 +14,10 @@ from collections.abc import Callable, Mapping, Sequence
 import optuna
 from optuna.trial import TrialState
 
+from sweeper.measure.stats import start_variance, within_variance
 from sweeper.search.model.data import read_history
-from sweeper.search.model.racing import Arm, study_spread, worth_more_runs
+from sweeper.search.model.racing import Arm, arm_tau2, study_spread, worth_more_runs
+from sweeper.search.nodetime import measured_costs, runs_per_start
 from sweeper.study import BenchSpec
 
 
@@ -27,25 +29,43 @@ def more_runs(study: optuna.Study, config_id: str, bench: BenchSpec
     given (a level of a multi-level study looks like a one-level benchmark to it)."""
     if not bench.extends:
         return None
-    history = read_history(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
-    pooled = {o.config_id: o.runs for o in history.observations}  # one per configuration
-    if history.baseline is not None:
-        pooled[history.baseline.config_id] = history.baseline.runs
-    return more_runs_from(pooled, config_id, bench)
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    history = read_history(trials)
+    every = [*history.observations, *([history.baseline] if history.baseline else [])]
+    pooled = {o.config_id: o.runs for o in every}  # one per configuration
+    starts = {o.config_id: o.starts for o in every}
+    costs = measured_costs(trials, bench.max_tokens)
+    groups = list(starts.values())
+    cap = runs_per_start(costs, within_variance(groups), start_variance(groups).tau2) \
+        if costs else None
+    return more_runs_from(pooled, config_id, bench, starts, max_per_start=cap)
 
 
-def more_runs_from(pooled: Mapping[str, Sequence[float]], config_id: str, bench: BenchSpec
+def more_runs_from(pooled: Mapping[str, Sequence[float]], config_id: str, bench: BenchSpec,
+                   starts: Mapping[str, Sequence[Sequence[float]]] | None = None,
+                   max_per_start: int | None = None
                    ) -> Callable[[list[float]], int] | None:
-    """``more_runs`` over pooled runs by configuration id (bench/emulation.py's too)."""
+    """``more_runs`` over pooled runs by configuration id (bench/emulation.py's too);
+    ``starts``: the same runs by server start, which brings in the between-start variance
+    (search/model/racing.worth_more_runs); without, runs are taken as independent."""
     if not bench.extends:
         return None
-    earlier = list(pooled.get(config_id, ()))
-    others = [Arm(c, tuple(r)) for c, r in pooled.items() if c != config_id and r]
+    by_start = starts or {}
+    others = [Arm(c, tuple(r), tuple(tuple(s) for s in by_start.get(c, ())))
+              for c, r in pooled.items() if c != config_id and r]
     if not others:
         return None
+    earlier = [tuple(s) for s in by_start.get(config_id, ())] if starts else \
+        [tuple(pooled.get(config_id, ()))]
+    earlier = [s for s in earlier if s]
     floor = study_spread(others)
+    tau2 = arm_tau2(others + [Arm(config_id, sum(earlier, ()), tuple(earlier))]
+                    if earlier else others) if starts else 0.0
 
     def more(now: list[float]) -> int:
-        return bench.runs if worth_more_runs(earlier + now, others, floor, bench.runs) else 0
+        mine = Arm(config_id, (*sum(earlier, ()), *now), (*earlier, tuple(now))) if starts \
+            else Arm(config_id, (*sum(earlier, ()), *now))
+        worth = worth_more_runs(mine, others, floor, bench.runs, tau2, max_per_start)
+        return bench.runs if worth else 0
 
     return more

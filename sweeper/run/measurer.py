@@ -29,11 +29,13 @@ class Measurer(Protocol):
     def measure(self, config: LaunchConfig, tag: str, bench: BenchSpec, *, label: str = "",
                 on_start: Callable[[ServerHandle], None] | None = None,
                 phase: str = "", primary: int | None = None,
-                more: Callable[[list[float]], int] | None = None) -> Measurement:
+                more: Callable[[list[float]], int] | None = None,
+                first_round: int = 0) -> Measurement:
         """Serve ``config`` and benchmark it: one Measurement, a ConfigurationFailure (the
         configuration's fault) or an InfrastructureError (not its fault). ``on_start``
         sees the server before anything waits on it; ``more`` says how many runs past
-        ``bench.runs`` to make on the same start."""
+        ``bench.runs`` to make on the same start; ``first_round`` where in the study's one
+        prompt order its runs start (measure/prompts.py)."""
         ...
 
     def stop(self, best_effort: bool = False, label: str = "") -> None:

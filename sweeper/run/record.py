@@ -154,6 +154,8 @@ class Recorder:
             A.ACCEPT: result.accept_length,
             **(extra or {}),
         }
+        if len(levels) == 1 and any(p is not None for p in result.counted_positions):
+            values[A.RUN_POSITIONS] = result.counted_positions  # aligned with A.RUNS
         if len(levels) > 1 or self.goal.multi:
             values[A.LEVELS] = {str(c): lv for c, lv in levels.items()}
             values[A.OBJECTIVE_VALUES] = told

@@ -92,7 +92,9 @@ def run_trial(s: HostSession, trial: optuna.trial.Trial, repeats_in_a_row: int,
                                    label=prefix,
                                    on_start=lambda h: s.recorder.server_started(slot, h),
                                    primary=s.spec.objective.primary,
-                                   more=more_runs(s.study, cid, s.bench_spec))
+                                   more=more_runs(s.study, cid, s.bench_spec),
+                                   first_round=R.next_prompt_round(
+                                       s.study.get_trials(deepcopy=False), cid))
         except ServerErrorResponse as err:
             raise server_error(err, int(trial.user_attrs.get(A.ATTEMPT, 0)),
                                s.spec.sweep.max_retries) from err

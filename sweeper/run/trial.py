@@ -79,13 +79,15 @@ class TrialRunner:
     def measure(self, config: LaunchConfig, tag: str, bench: BenchSpec, *, label: str = "",
                 on_start: Callable[[ServerHandle], None] | None = None,
                 phase: str = "", primary: int | None = None,
-                more: Callable[[list[float]], int] | None = None) -> Measurement:
+                more: Callable[[list[float]], int] | None = None,
+                first_round: int = 0) -> Measurement:
         """Serve ``config`` (restarting unless it is already serving) and benchmark it at
         every level of ``bench.concurrency`` (the restart is paid once). ``primary`` is
         the level that stands for the trial (default: the lowest). ``label`` prefixes the
         progress phases; ``phase`` the kill points (run/killpoint.py). A benchmark with no
         usable run is the configuration's fault (a crash-like failure), not the network's.
-        ``more``: how many runs past ``bench.runs`` (measure/client.run_benchmark)."""
+        ``more``: how many runs past ``bench.runs``; ``first_round``: where in the prompt
+        order its runs start (measure/client.run_benchmark)."""
         handle, startup_s, reused = self._serve(config, tag, label, on_start, phase)
         with self.reach(config) as base_url:
             if not reused:
@@ -101,7 +103,7 @@ class TrialRunner:
                 levels = run_levels(
                     base_url, bench, on_progress=progress,
                     check_server=lambda: self.manager.check_alive(handle),
-                    api_key=config.api_key, more=more)
+                    api_key=config.api_key, more=more, first_round=first_round)
             except BenchmarkError as exc:
                 raise ConfigurationFailure("crash", f"benchmark unusable: {exc}",
                                            self.manager.log_tail(handle)) from exc

@@ -20,7 +20,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from sweeper.sim import fatal, model
+from sweeper.sim import fatal, model, prompts
 from sweeper.sim.faults import ActiveFaults
 from sweeper.sim.log import SimLog
 from sweeper.sim.model import SimConfig, StepPatterns
@@ -32,23 +32,44 @@ _KV_BYTES_PER_TOKEN = 70_000
 
 
 class NoiseSource:
-    """Per-request speed and acceptance factors: seeded, drawn in request order."""
+    """What a real node adds to the model (profiles.Noise), seeded: one speed factor for
+    this server start, a slow random walk of the speed while it serves, per-request speed
+    and acceptance factors drawn in request order, and each prompt's acceptance factor."""
 
-    def __init__(self, profile: Profile, seed: int | None, scale: float) -> None:
+    def __init__(self, profile: Profile, seed: int | None, scale: float,
+                 clock: Any = time.monotonic) -> None:
         self._rng = random.Random(seed)
+        self._profile, self._scale = profile, scale
         self._cycle_sd = profile.noise.cycle_sd * scale
         self._accept_sd = profile.noise.accept_sd * scale
+        self._drift_sd = profile.noise.drift_sd * scale
+        # drawn first, so a seed gives the same start factor whatever is served after
+        self.start_factor = random_lognormal(self._rng, profile.noise.start_sd * scale)
+        self._clock = clock
+        self._last = clock()
+        self._log_drift = 0.0
         self._lock = threading.Lock()
 
     def draw(self) -> tuple[float, float]:
         """(time factor, acceptance factor); (1, 1) with noise off."""
-        if self._cycle_sd == 0 and self._accept_sd == 0:
-            return 1.0, 1.0
+        if self._cycle_sd == 0 and self._accept_sd == 0 and self._drift_sd == 0:
+            return 1.0 / self.start_factor, 1.0
         with self._lock:
+            if self._drift_sd:
+                now = self._clock()
+                hours = max(0.0, now - self._last) / 3600.0
+                self._last = now
+                self._log_drift += self._rng.gauss(0.0, self._drift_sd * math.sqrt(hours))
+            speed = self.start_factor * math.exp(self._log_drift)
             return (
-                random_lognormal(self._rng, self._cycle_sd),
+                random_lognormal(self._rng, self._cycle_sd) / speed,
                 random_lognormal(self._rng, self._accept_sd),
             )
+
+    def prompt_factor(self, prompt: str | None) -> float:
+        """The prompt's acceptance factor (sweeper.sim.prompts); 1 without a prompt."""
+        return 1.0 if prompt is None else prompts.accept_factor(self._profile, prompt,
+                                                                self._scale)
 
 
 def random_lognormal(rng: random.Random, sd: float) -> float:
@@ -153,10 +174,13 @@ class Engine:
 
     def submit(
         self, prompt_seed: int, prompt_tokens: int, max_new: int, natural: int | None,
-        warmup: bool = False,
+        warmup: bool = False, prompt: str | None = None,
     ) -> Request:
-        """Queue a request; ``natural`` is where EOS would stop it (None = ignore_eos)."""
+        """Queue a request; ``natural`` is where EOS would stop it (None = ignore_eos);
+        ``prompt``: its text, whose category sets its acceptance (sweeper.sim.prompts)."""
         time_factor, accept_factor = (1.0, 1.0) if warmup else self.noise.draw()
+        if not warmup:
+            accept_factor *= self.noise.prompt_factor(prompt)
         limit, reason = max(1, max_new), "length"
         if natural is not None and natural < limit:
             limit, reason = natural, "stop"

@@ -39,10 +39,11 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from sweeper.sim import prompts as sim_prompts
 from sweeper.sim.adaptive import Controller
 from sweeper.sim.hardware import (  # noqa: F401  (re-exported: the model's public names)
     COLLNET,
@@ -293,11 +294,11 @@ class Replay:
 
 
 def replay_stream(profile: Profile, cfg: SimConfig, ctl: Controller, batch: int,
-                  tokens: int) -> Replay:
+                  tokens: int, accept_factor: float = 1.0) -> Replay:
     """``batch`` identical requests of ``tokens`` tokens in lockstep, stepping ``ctl``."""
     ttft = prefill_ms(profile, cfg, batch)
     elapsed, produced, verify_ct, verified = ttft, 1, 0, 0
-    patterns = StepPatterns(profile, cfg)
+    patterns = StepPatterns(profile, cfg, accept_factor)
     cycles: dict[int, float] = {}
     steps = ctl.steps_for(batch)
     while produced < tokens:
@@ -314,14 +315,15 @@ def replay_stream(profile: Profile, cfg: SimConfig, ctl: Controller, batch: int,
     return Replay(elapsed, verify_ct, verified, ttft, steps)
 
 
-def adaptive_schedule(profile: Profile, cfg: SimConfig, batch: int) -> Replay:
+def adaptive_schedule(profile: Profile, cfg: SimConfig, batch: int,
+                      accept_factor: float = 1.0) -> Replay:
     """What a benchmark measures: the server's own warm-up, one warm-up stream at this
     concurrency (the controller settles), then the measured REFERENCE_TOKENS stream."""
     ctl = new_controller(cfg)
     assert ctl is not None
     replay_stream(profile, cfg, ctl, 1, WARMUP_TOKENS)
-    replay_stream(profile, cfg, ctl, batch, REFERENCE_TOKENS)
-    return replay_stream(profile, cfg, ctl, batch, REFERENCE_TOKENS)
+    replay_stream(profile, cfg, ctl, batch, REFERENCE_TOKENS, accept_factor)
+    return replay_stream(profile, cfg, ctl, batch, REFERENCE_TOKENS, accept_factor)
 
 
 # ---------------------------------------------------------------- ground truth
@@ -337,8 +339,13 @@ def expected_throughput(
     args: Mapping[str, Any],
     env: Mapping[str, str] | None = None,
     concurrency: int = 1,
+    prompts: Sequence[str] | None = None,
 ) -> Expectation:
     """Noise-free throughput of a configuration on a profile, or the failure it hits.
+
+    ``prompts``: the texts of a prompt set; the figures are then the mean over its prompts
+    of each prompt's own (its category's acceptance, sweeper.sim.prompts): the ground
+    truth of a study measured on that set. Without: a prompt of no category.
 
     ``args`` are SGLang flags without ``--`` (``{"speculative-algorithm": "EAGLE3",
     "speculative-num-steps": 2, "speculative-eagle-topk": 1,
@@ -365,19 +372,40 @@ def expected_throughput(
     failure = startup_failure(prof, cfg)
     if failure:
         return Expectation(None, None, failure.kind, failure.reason, config=cfg)
+    factors = [sim_prompts.accept_factor(prof, t) for t in prompts or ()]
+    if cfg.speculative and any(f != 1.0 for f in factors):
+        each = [_expected(prof, cfg, concurrency, f) for f in factors]
+        mean = each[0]
+        return replace(mean, tok_s=_mean(e.tok_s for e in each),
+                       accept_length=_mean(e.accept_length for e in each),
+                       decode_tok_s=_mean(e.decode_tok_s for e in each),
+                       total_tok_s=_mean(e.total_tok_s for e in each),
+                       reason=mean.reason + f"; mean over {len(each)} prompts")
+    return _expected(prof, cfg, concurrency, 1.0)
+
+
+def _mean(values: Any) -> float:
+    vals = list(values)
+    return sum(vals) / len(vals)
+
+
+def _expected(prof: Profile, cfg: SimConfig, concurrency: int,
+              factor: float) -> Expectation:
+    """expected_throughput of a resolved configuration that starts, at one acceptance
+    factor (a prompt's)."""
     concurrency = max(1, concurrency)
     batch = min(concurrency, cfg.max_running)
 
     def e2e(b: int) -> tuple[float, float, float | None, float, int]:
         """(e2e ms, ttft ms, accept length, cycle ms, steps) of one wave of b requests."""
         if cfg.adaptive is not None:
-            r = adaptive_schedule(prof, cfg, b)
+            r = adaptive_schedule(prof, cfg, b, factor)
             accept = r.tokens / r.verify_ct if r.verify_ct else None
             return r.e2e_ms, r.ttft_ms, accept, cycle_ms(prof, at_steps(cfg, r.steps), b), r.steps
         cycle, ttft = cycle_ms(prof, cfg, b), prefill_ms(prof, cfg, b)
         if not cfg.speculative:
             return ttft + (REFERENCE_TOKENS - 1) * cycle, ttft, None, cycle, 0
-        q = depth_acceptance(prof, cfg)
+        q = depth_acceptance(prof, cfg, factor)
         n = verify_steps_for(accept_distribution(q), REFERENCE_TOKENS)
         return ttft + n * cycle, ttft, mean_accept_length(q), cycle, cfg.steps
 

@@ -134,14 +134,41 @@ class Memory:
 
 
 @dataclass(frozen=True)
+class PromptCategory:
+    """Prompts that ask for one kind of text, and how predictable that text is to a draft.
+
+    A prompt belongs to the first category (in the profile's order) one of whose ``words``
+    it contains (case-insensitive); ``accept`` multiplies the per-depth acceptance of its
+    requests (code and extraction are more predictable than creative writing)."""
+
+    name: str
+    accept: float
+    words: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Noise:
-    cycle_sd: float  # log-normal sd of a request's speed factor at --sim-noise 1
-    accept_sd: float  # log-normal sd of a request's acceptance factor at --sim-noise 1
+    """What a real node adds to the model, each at --sim-noise 1 (scaled by it; 0: none).
+
+    Per request: ``cycle_sd`` and ``accept_sd``. Per server start: ``start_sd``, one speed
+    factor for every request the start serves (real restarts differ: allocation, clocks,
+    placement), drawn from --sim-seed. Over time: ``drift_sd``, a random walk of the speed
+    (log-sd per square-root hour of serving). Per prompt: ``categories`` and ``prompt_sd``
+    (a fixed factor per prompt text, seeded by it): the acceptance a prompt gets, so tok/s
+    depends on what is asked. A figure over a prompt set is the mean over its prompts
+    (``sweeper.sim.model.expected_throughput(prompts=...)``)."""
+
+    cycle_sd: float  # log-normal sd of a request's speed factor
+    accept_sd: float  # log-normal sd of a request's acceptance factor
     # A fixed speed factor per distinct configuration (log-normal, this sd), seeded by
     # config_residual_seed and a hash of the resolved flags/env: effects no formula captures.
     # Part of the ground truth (not run-to-run noise), so --sim-noise 0 keeps it.
     config_residual_sd: float = 0.0
     config_residual_seed: int = 0
+    start_sd: float = 0.0  # log-normal sd of a start's speed factor
+    drift_sd: float = 0.0  # log-normal sd of the speed's random walk per sqrt(hour)
+    prompt_sd: float = 0.0  # log-normal sd of a prompt's own acceptance factor
+    categories: tuple[PromptCategory, ...] = ()
 
 
 FAULT_KINDS = ("lossy", "http_500", "crash_serving")
@@ -291,6 +318,8 @@ def _section(cls: type, raw: dict[str, Any], where: str) -> Any:
         if buckets and buckets[0] < 1:
             raise ProfileError(f"{where}: verify_buckets must be positive token counts")
         raw["verify_buckets"] = tuple(buckets)
+    if cls is Noise and raw.get("categories") is not None:
+        raw["categories"] = _categories(raw["categories"], where)
     if cls is Nccl and raw.get("hang") is not None:
         hang = raw["hang"]
         raw["hang"] = HangRule(
@@ -302,6 +331,19 @@ def _section(cls: type, raw: dict[str, Any], where: str) -> Any:
         return cls(**raw)
     except TypeError as exc:
         raise ProfileError(f"{where}: {exc}") from exc
+
+
+def _categories(raw: Any, where: str) -> tuple[PromptCategory, ...]:
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{where}: categories maps a name to {{accept, words}}")
+    out = []
+    for name, item in raw.items():
+        if not isinstance(item, dict) or set(item) - {"accept", "words"} \
+                or not isinstance(item.get("accept"), int | float) or item["accept"] <= 0:
+            raise ProfileError(f"{where}: categories.{name}: needs accept (> 0) and words")
+        words = tuple(str(w).lower() for w in _strings(item.get("words") or []))
+        out.append(PromptCategory(str(name), float(item["accept"]), words))
+    return tuple(out)
 
 
 def _strings(value: Any) -> tuple[str, ...]:

@@ -213,6 +213,7 @@ class SimHandler(WireMixin):
             prompt_tokens=count_tokens(prompt) + extra,
             max_new=max_new,
             natural=None if ignore_eos else natural_length(prompt),
+            prompt=prompt,
         )
 
     def _events(self, req: Request) -> Iterator[tuple[str, Any]]:

@@ -113,7 +113,13 @@ class BenchSpec(_Model):
     warmup: int = Field(1, ge=0)
     # one level, or several measured on the same server start (study/objective.py)
     concurrency: int | list[int] = 1
-    prompts: str = "builtin"  # or a path to a .jsonl file
+    # builtin, synthetic (prompts of ``input_tokens`` tokens) or a file: sweeper's JSONL,
+    # ShareGPT or MT-Bench (measure/prompts.py); a relative path is from the working directory
+    prompts: str = "builtin"
+    input_tokens: int | None = Field(None, ge=1, le=1_000_000)  # prompts: synthetic only
+    # sampling temperature of the measured requests (acceptance depends on it: measure at
+    # the one you serve); the confirm phase's lossless check always runs at 0
+    temperature: float = Field(0.0, ge=0, le=2)
     request_timeout: Duration = 600.0  # total deadline per request, enforced by the client
     # The statistic of the per-run tok/s a trial is told as (what the study's top-level
     # ``objective:`` maximises). Called ``objective`` before; a study file that still says
@@ -164,6 +170,14 @@ class BenchSpec(_Model):
     def _max_runs_covers_runs(self) -> BenchSpec:
         if self.max_runs is not None and self.max_runs < self.runs:
             raise ValueError(f"max_runs ({self.max_runs}) must be >= runs ({self.runs})")
+        if self.temperature > 0 and self.warmup < 1:
+            raise ValueError("temperature above 0 needs warmup >= 1: the warm-up runs at "
+                             "temperature 0 give the confirm phase's lossless check its "
+                             "reference outputs")
+        if self.input_tokens is not None and self.prompts != "synthetic":
+            raise ValueError(f"input_tokens sets the length of synthetic prompts: set "
+                             f"prompts: synthetic, or remove input_tokens (prompts is "
+                             f"{self.prompts!r})")
         return self
 
     @property
@@ -193,6 +207,14 @@ class SweepSpec(_Model):
     n_startup_trials: int = Field(8, ge=0)
     confirm_top: int = Field(0, ge=0)
     confirm_runs: int = Field(5, ge=1)
+    # stop when the pick is this sure to be within 1% of the best (search/nodetime.py);
+    # 1 never stops early (--trials is the bound)
+    stop_when_sure: float = Field(0.95, gt=0, le=1)
+    # node-seconds of a restart (to healthy) and of one benchmark run on this node, for
+    # `validate`'s estimate of the node time; unset, the sweep measures them (the
+    # baseline's start-up, the runs' durations)
+    restart_cost: Duration | None = None
+    run_cost: Duration | None = None
 
 
 class StudyFile(_Model):

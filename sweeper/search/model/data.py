@@ -19,6 +19,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from sweeper.measure.stats import add_start, start_variance, two_level
 from sweeper.results import attrs as A
 from sweeper.results.kind import TrialKind, kind_of
 from sweeper.study import DRAFT, STEPS, TOPK
@@ -65,6 +66,8 @@ class Observation:
     runs: list[float] = field(default_factory=list)
     accepts: list[float] = field(default_factory=list)
     trials: list[int] = field(default_factory=list)
+    starts: list[list[float]] = field(default_factory=list)  # runs by server start (trial)
+    tau2: float = 0.0  # the study's between-start variance (read_history sets it)
 
     @property
     def mean(self) -> float:
@@ -80,6 +83,8 @@ class Observation:
         agree by chance), and one server's spread hardly depends on the configuration."""
         n = len(self.runs)
         own = statistics.stdev(self.runs) / self.mean if n >= 8 else spread
+        if self.tau2 and self.starts:  # runs on one start share its speed (stats.two_level)
+            return two_level(self.starts, self.tau2, max(own, spread)).se ** 2
         return max(own, spread) ** 2 / n
 
     @property
@@ -138,13 +143,22 @@ def read_history(trials: Sequence[FrozenTrial]) -> History:
         if ua.get(A.ROLE) == A.BASELINE:
             baseline = baseline or Observation(cid, eff)
             baseline.runs.extend(runs)
+            add_start(baseline.starts, runs, ua.get(A.STARTUP) == 0)
             continue
         o = obs.setdefault(cid, Observation(cid, eff))
         o.runs.extend(runs)
+        add_start(o.starts, runs, ua.get(A.STARTUP) == 0)
         o.trials.append(t.number)
         acc = ua.get(A.ACCEPT) or ua.get(A.ACCEPT_LOG)
         if acc:
             o.accepts.append(float(acc))
         outcomes.setdefault(cid, Outcome(cid, eff, False, None))
     failed = {c for c, o in outcomes.items() if o.failed}
+    every = [*obs.values(), *([baseline] if baseline else [])]
+    # The model takes the start-to-start spread in only once replicates on other starts
+    # have shown it (the prior alone would blur every 1% effect it must learn); the
+    # intervals, racing and "measure longer" use the prior from the first trial.
+    sv = start_variance([o.starts for o in every])
+    for o in every:
+        o.tau2 = sv.tau2 if sv.configs else 0.0
     return History(list(obs.values()), list(outcomes.values()), skipped, baseline, failed)

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 from scipy.stats import norm
 
+from sweeper.measure.stats import se2_after, start_variance, within_variance
+
 CHALLENGERS = 4  # beyond the top few, a replicate almost never changes the pick
 # Indifference zone (log tok/s): a challenger truly ahead by less than this is as good a
 # pick as the leader; only what the decision loses beyond it is worth a replicate
@@ -27,24 +29,50 @@ INDIFFERENCE = 0.005
 
 @dataclass(frozen=True)
 class Arm:
-    """One configuration's pooled runs."""
+    """One configuration's pooled runs, and the same runs by server start (``starts``,
+    the last the one serving now; empty: all on one start)."""
 
     key: str
     runs: tuple[float, ...]
+    starts: tuple[tuple[float, ...], ...] = ()
 
     @property
     def mean(self) -> float:
         return statistics.fmean(self.runs)
 
-    def se2(self, floor_cv: float) -> float:
-        """Squared standard error of log(mean); ``floor_cv``: the least relative spread
-        believed (three runs can agree by chance; the study's typical spread is better)."""
+    @property
+    def by_start(self) -> tuple[tuple[float, ...], ...]:
+        return self.starts or (self.runs,)
+
+    def _cv(self, floor_cv: float) -> float:
         n = len(self.runs)
-        cv = statistics.stdev(self.runs) / self.mean if n > 1 else floor_cv
-        return max(cv, floor_cv) ** 2 / n
+        return max(statistics.stdev(self.runs) / self.mean if n > 1 else floor_cv, floor_cv)
+
+    def se2(self, floor_cv: float, tau2: float = 0.0) -> float:
+        """Squared standard error of log(mean); ``floor_cv``: the least relative spread
+        believed (three runs can agree by chance; the study's typical spread is better);
+        ``tau2``: the between-start variance (measure/stats.two_level)."""
+        if tau2:
+            return se2_after(self.by_start, tau2, self._cv(floor_cv))
+        return self._cv(floor_cv) ** 2 / len(self.runs)
+
+    def se2_after(self, floor_cv: float, tau2: float, *, more_runs: int = 0,
+                  new_start: int = 0) -> float:
+        """``se2`` after ``more_runs`` on the current start or a new start of
+        ``new_start`` runs (without ``tau2`` both are just more runs)."""
+        if tau2:
+            return se2_after(self.by_start, tau2, self._cv(floor_cv), more_runs=more_runs,
+                             new_start=new_start)
+        return self._cv(floor_cv) ** 2 / (len(self.runs) + more_runs + new_start)
 
 
-def _expected_excess(d: float, se: float) -> float:
+def arm_tau2(arms: Sequence[Arm]) -> float:
+    """The between-start variance the arms show (measure/stats.start_variance: pooled over
+    those measured on two starts or more, from its prior before there are any)."""
+    return start_variance([a.by_start for a in arms]).tau2
+
+
+def expected_excess(d: float, se: float) -> float:
     """E[max(0, X)] for X ~ N(d, se^2)."""
     if se <= 0:
         return max(d, 0.0)
@@ -60,20 +88,24 @@ class RaceCall:
 
 
 def race(arms: Sequence[Arm], floor_cv: float,
-         belief: Mapping[str, tuple[float, float]] | None = None) -> RaceCall | None:
+         belief: Mapping[str, tuple[float, float]] | None = None,
+         tau2: float | None = None) -> RaceCall | None:
     """The replicate that most reduces the decision's expected loss, or None when there
     is no challenger. The leader is the best pooled mean (the verdict's pick).
     ``belief``: the model's posterior (mean, sd) of log tok/s per configuration; it knows
     what a configuration's neighbours say, so a good configuration measured low once
-    still challenges. Without it, the pooled runs alone."""
+    still challenges. Without it, the pooled runs alone. ``tau2``: the between-start
+    variance (default: what the arms' starts show, ``arm_tau2``); a replicate is a new
+    start, worth more than its runs alone when the starts differ."""
     if len(arms) < 2:
         return None
+    tau2 = arm_tau2(arms) if tau2 is None else tau2
     lead = max(arms, key=lambda a: a.mean)
 
     def post(a: Arm) -> tuple[float, float]:
         if belief is not None and a.key in belief:
             return belief[a.key]
-        return math.log(a.mean), math.sqrt(a.se2(floor_cv))
+        return math.log(a.mean), math.sqrt(a.se2(floor_cv, tau2))
 
     ml, sl = post(lead)
     per_trial = min(len(a.runs) for a in arms)  # what one more trial adds, in runs
@@ -84,20 +116,26 @@ def race(arms: Sequence[Arm], floor_cv: float,
         mc, sc = post(c)
         d = mc - ml - INDIFFERENCE
         # measure the less measured of the two: it shrinks the difference's interval most
-        pick, other = (lead, c) if lead.se2(floor_cv) >= c.se2(floor_cv) else (c, lead)
-        shrink = len(pick.runs) / (len(pick.runs) + per_trial)
+        pick, other = (lead, c) if lead.se2(floor_cv, tau2) >= c.se2(floor_cv, tau2) \
+            else (c, lead)
+        shrink = pick.se2_after(floor_cv, tau2, new_start=per_trial) / pick.se2(floor_cv, tau2)
         s_now = math.sqrt(sl**2 + sc**2)
         s_after = math.sqrt((sl**2 * shrink + sc**2) if pick is lead else (sl**2 + sc**2 * shrink))
         # the value of the replicate: how much of the decision's expected loss it removes
-        value = _expected_excess(d, s_now) - _expected_excess(d, s_after)
+        value = expected_excess(d, s_now) - expected_excess(d, s_after)
         if best is None or value > best.value:
             best = RaceCall(pick.key, value, other.key)
     return best
 
 
 def study_spread(arms: Sequence[Arm]) -> float:
-    """Median relative spread of runs over configurations measured more than once."""
-    cvs = [statistics.stdev(a.runs) / a.mean for a in arms if len(a.runs) > 1 and a.mean > 0]
+    """Median relative spread of runs within a start over configurations measured more
+    than once (the spread between starts is ``arm_tau2``'s)."""
+    cvs = []
+    for a in arms:
+        st = [s for s in a.by_start if len(s) > 1]
+        if st and a.mean > 0:
+            cvs.append(math.sqrt(within_variance([st])))
     return statistics.median(cvs) if cvs else 0.05
 
 
@@ -111,20 +149,27 @@ def study_spread(arms: Sequence[Arm]) -> float:
 EXTEND_VALUE = 0.00001
 
 
-def worth_more_runs(mine: Sequence[float], others: Sequence[Arm], floor_cv: float,
-                    batch: int) -> bool:
-    """Whether ``batch`` more runs of the configuration being measured (``mine``: its runs
-    so far, earlier trials' and this start's) are worth their time: it and the best of
-    ``others`` (pooled runs of every other configuration) are close enough that the pick
-    between them is uncertain, and ``batch`` more runs shrink that uncertainty enough
-    (value of information; a leader measured too little to compare with gives little)."""
-    if not mine or not others or batch < 1:
+def worth_more_runs(mine: Sequence[float] | Arm, others: Sequence[Arm], floor_cv: float,
+                    batch: int, tau2: float = 0.0, max_per_start: int | None = None) -> bool:
+    """Whether ``batch`` more runs of the configuration being measured are worth their
+    time: it and the best of ``others`` (every other configuration's runs) are close
+    enough that the pick between them is uncertain, and ``batch`` more runs on this start
+    shrink that uncertainty enough (value of information; a leader measured too little to
+    compare with gives little). ``mine``: its runs so far, earlier trials' and this
+    start's; an ``Arm`` with ``starts`` when they are known (the last: this start).
+    ``tau2``: the between-start variance: once it dominates, more runs on one start
+    cannot tell that start's speed from the configuration's, and stop being bought.
+    ``max_per_start``: past this many runs on this start another start says more per
+    node-second (search/nodetime.runs_per_start): no more here."""
+    me = mine if isinstance(mine, Arm) else Arm("", tuple(mine))
+    if not me.runs or not others or batch < 1:
         return False
-    me = Arm("", tuple(mine))
+    if max_per_start is not None and len(me.by_start[-1]) >= max_per_start:
+        return False
     lead = max(others, key=lambda a: a.mean)
-    s_lead2, s_me2 = lead.se2(floor_cv), me.se2(floor_cv)
+    s_lead2, s_me2 = lead.se2(floor_cv, tau2), me.se2(floor_cv, tau2)
     d = -abs(math.log(me.mean) - math.log(lead.mean)) - INDIFFERENCE
-    cv2 = s_me2 * len(mine)  # the per-run relative variance it believes
-    now = _expected_excess(d, math.sqrt(s_me2 + s_lead2))
-    after = _expected_excess(d, math.sqrt(cv2 / (len(mine) + batch) + s_lead2))
+    now = expected_excess(d, math.sqrt(s_me2 + s_lead2))
+    after = expected_excess(d, math.sqrt(me.se2_after(floor_cv, tau2, more_runs=batch)
+                                          + s_lead2))
     return now - after > EXTEND_VALUE

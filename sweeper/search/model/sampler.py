@@ -201,9 +201,8 @@ class ModelSampler(BaseSampler):
         return Plan(dict(pick.params))
 
     def _race(self, history: History, model: Predictor) -> RaceCall | None:
-        arms = [Arm(o.config_id, tuple(o.runs)) for o in history.observations]
-        if history.baseline is not None:
-            arms.append(Arm(history.baseline.config_id, tuple(history.baseline.runs)))
+        every = [*history.observations, *([history.baseline] if history.baseline else [])]
+        arms = [Arm(o.config_id, tuple(o.runs), tuple(map(tuple, o.starts))) for o in every]
         mean, sd = model.predict(Batch(self._enc_or_fail(), [o.effective for o in model.obs]))
         belief = {o.config_id: (float(m), float(s))
                   for o, m, s in zip(model.obs, mean, sd, strict=True)}

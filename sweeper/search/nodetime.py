@@ -1,0 +1,175 @@
+"""Node-seconds: the one currency of a sweep on a paid GPU node.
+
+A restart of a large model costs minutes and a benchmark run seconds; every decision a
+sweep makes (another batch of runs on the start that is up, a new configuration, another
+start of a configuration already measured, or stopping) buys a reduction of the pick's
+expected loss for some node-seconds. These are the pure building blocks:
+
+- ``Costs``/``measured_costs``: what a restart and a run cost, from the study
+  (``sweep.restart_cost``, ``sweep.run_cost``) or measured (the baseline's start-up,
+  the runs' durations as max_tokens / tok/s);
+- ``runs_per_start``: past this many runs on one start, another start says more per
+  node-second (two-stage sampling: sqrt(restart/run x within / between variance));
+- ``batch_gain``/``replicate_gain``: the expected loss a batch on this start or a new
+  start removes (search/model/racing's value of information, two levels);
+- ``choose``: the option with the best gain per node-second, or stop when none pays;
+- ``stop_reason``: the stop rule, ``sweep.stop_when_sure`` (default 0.95 that the pick is
+  within 1% of the best measured);
+- ``plan_seconds``: the node time of a study as written (``sweeper validate``).
+
+Where they plug in (the trial loop, run/sweep.py, run/workers.py, run/longer.py):
+``more_runs`` passes ``runs_per_start(...)`` as ``worth_more_runs``'s ``max_per_start``;
+before asking the sampler for the next trial, the loop calls ``stop_reason`` with the
+verdict's starts (results/verdict.ConfigResult.starts) and ends the sweep with that reason
+(``--trials`` stays the upper bound); with the model sampler it compares
+``replicate_gain`` of the racing call and the sampler's expected improvement per
+``Costs.trial_s`` through ``choose``; the live line and summary add up
+``Costs.spent(restarts, runs)`` (on the simulator: modelled seconds, labelled as such).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sweeper.measure.stats import Starts, p_within_starts, se2_after
+from sweeper.search.model.racing import INDIFFERENCE, expected_excess
+
+SURE_TOL = 0.01  # "within 1% of the best", as results/verdict.py states it
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Node-seconds of one restart (to healthy) and one benchmark run."""
+
+    restart_s: float
+    run_s: float
+    source: str = "study"  # "study", "measured" or "simulated (modelled seconds)"
+
+    @property
+    def ratio(self) -> float:
+        """How many runs one restart costs."""
+        return self.restart_s / self.run_s if self.run_s > 0 else math.inf
+
+    def trial_s(self, runs: int, warmup: int = 1) -> float:
+        return self.restart_s + (runs + warmup) * self.run_s
+
+    def spent(self, restarts: int, runs: int) -> float:
+        return restarts * self.restart_s + runs * self.run_s
+
+
+def run_seconds(tok_s_runs: Sequence[float], max_tokens: int) -> float | None:
+    """A run's duration from its tok/s (completion tokens / end-to-end seconds of a
+    request of ``max_tokens`` tokens): the median over ``tok_s_runs``."""
+    secs = [max_tokens / v for v in tok_s_runs if v > 0]
+    return statistics.median(secs) if secs else None
+
+
+def measured_costs(trials: Sequence[Any], max_tokens: int, restart_s: float | None = None,
+                   run_s: float | None = None) -> Costs | None:
+    """Costs from a study's trials (optuna FrozenTrials): the baseline's start-up (else
+    the median start-up), the median run duration; the study's values win when set."""
+    from sweeper.results import attrs as A
+
+    ups: list[float] = []
+    tok_s: list[float] = []
+    base_up: float | None = None
+    for t in trials:
+        ua = t.user_attrs
+        up = ua.get(A.STARTUP)
+        if isinstance(up, int | float) and up > 0:
+            ups.append(float(up))
+            if ua.get(A.ROLE) == A.BASELINE and base_up is None:
+                base_up = float(up)
+        tok_s.extend(float(v) for v in ua.get(A.RUNS) or [] if isinstance(v, int | float))
+    restart = restart_s or base_up or (statistics.median(ups) if ups else None)
+    run = run_s or run_seconds(tok_s, max_tokens)
+    if restart is None or run is None:
+        return None
+    source = "study" if restart_s and run_s else "measured"
+    return Costs(restart, run, source)
+
+
+def runs_per_start(costs: Costs, sigma2: float, tau2: float) -> int | None:
+    """The runs per start that minimise the error of a configuration's mean per
+    node-second (Cochran's two-stage optimum, sqrt(ratio x sigma^2 / tau^2)); None
+    when starts do not differ (every run is worth the same wherever it is made)."""
+    if tau2 <= 0 or sigma2 <= 0:
+        return None
+    return max(1, round(math.sqrt(costs.ratio * sigma2 / tau2)))
+
+
+def _decision_loss(d: float, se2: float) -> float:
+    return expected_excess(d, math.sqrt(max(se2, 0.0)))
+
+
+def batch_gain(mine: Starts, lead: Starts, tau2: float, floor_cv: float, batch: int) -> float:
+    """Expected loss (log tok/s) removed by ``batch`` more runs on ``mine``'s last start."""
+    return _gain(mine, lead, tau2, floor_cv, more_runs=batch)
+
+
+def replicate_gain(mine: Starts, lead: Starts, tau2: float, floor_cv: float,
+                   runs: int) -> float:
+    """Expected loss removed by a new start of ``mine`` with ``runs`` runs."""
+    return _gain(mine, lead, tau2, floor_cv, new_start=runs)
+
+
+def _gain(mine: Starts, lead: Starts, tau2: float, floor_cv: float, **more: int) -> float:
+    def mean(s: Starts) -> float:
+        return statistics.fmean(v for g in s for v in g)
+
+    d = -abs(math.log(mean(mine)) - math.log(mean(lead))) - INDIFFERENCE
+    s_lead = se2_after(lead, tau2, floor_cv)
+    now = _decision_loss(d, se2_after(mine, tau2, floor_cv) + s_lead)
+    after = _decision_loss(d, se2_after(mine, tau2, floor_cv, **more) + s_lead)
+    return max(now - after, 0.0)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One thing the sweep could do next: ``kind`` is batch, new, replicate or stop."""
+
+    kind: str
+    gain: float  # expected reduction of the pick's loss, log tok/s
+    cost_s: float  # node-seconds it takes
+
+    @property
+    def rate(self) -> float:
+        return self.gain / self.cost_s if self.cost_s > 0 else 0.0
+
+
+def choose(options: Sequence[Option], min_rate: float) -> Option:
+    """The option with the best gain per node-second; stop when none reaches
+    ``min_rate`` (the least gain per node-second worth paying for)."""
+    paying = [o for o in options if o.kind != "stop" and o.rate >= min_rate]
+    if not paying:
+        return Option("stop", 0.0, 0.0)
+    return max(paying, key=lambda o: o.rate)
+
+
+def stop_reason(best: Starts, others: Sequence[Starts], tau2: float,
+                stop_when_sure: float, floor_cv: float | None = None) -> str | None:
+    """Why the sweep can stop now (the pick is at least ``stop_when_sure`` likely to be
+    within 1% of every other configuration measured, on two-level statistics), or None."""
+    if not others or stop_when_sure >= 1.0:
+        return None
+    p = p_within_starts(best, others, tau2, SURE_TOL, floor_cv)
+    if p < stop_when_sure:
+        return None
+    return (f"the pick is {p:.0%} sure to be within 1% of the best configuration measured "
+            f"(sweep.stop_when_sure: {stop_when_sure:g})")
+
+
+def plan_seconds(costs: Costs, trials: int, runs: int, warmup: int, max_runs: int | None,
+                 confirm_restarts: int = 0, confirm_runs: int = 0
+                 ) -> tuple[float, float]:
+    """Node-seconds of a study as written, (every trial at ``runs``, every trial at
+    ``max_runs``): ``trials`` restarts plus the confirm phase's."""
+    def at(r: int) -> float:
+        return (trials * costs.trial_s(r, warmup)
+                + confirm_restarts * costs.restart_s
+                + confirm_runs * costs.run_s)
+    return at(runs), at(max_runs or runs)

@@ -1,0 +1,117 @@
+"""The verdict on two levels: starts, prompt positions, and what neither may change."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import optuna
+import pytest
+
+import sweeper.results.verdict as R
+from sweeper.measure.stats import prompt_effects, summarize
+from sweeper.results import attrs as A
+
+_RNG = random.Random(4)
+PROMPT = [math.exp(_RNG.gauss(0, 0.08)) for _ in range(24)]  # prompts ~8% apart
+
+
+def _runs(mean: float, speed: float, positions: list[int], seed: int) -> list[float]:
+    rng = random.Random(seed)
+    return [mean * speed * PROMPT[p] * math.exp(rng.gauss(0, 0.02)) for p in positions]
+
+
+def _add(study: optuna.Study, cid: str, runs: list[float], positions: list[int] | None,
+         role: str = A.SAMPLER, startup: float = 30.0) -> None:
+    attrs = {A.CONFIG_ID: cid, A.ROLE: role, A.RUNS: runs, A.EFFECTIVE: {"k": cid},
+             A.STARTUP: startup}
+    if positions is not None:
+        attrs[A.RUN_POSITIONS] = positions
+    study.add_trial(optuna.trial.create_trial(value=sum(runs) / len(runs),
+                                              user_attrs=attrs))
+
+
+def _study(shuffle: int | None = None) -> optuna.Study:
+    study = optuna.create_study(direction="maximize")
+    plan = [("base", 60.0, [1.0], 10, A.BASELINE), ("a", 100.0, [1.0, 1.03], 10, A.SAMPLER),
+            ("b", 97.0, [0.99], 40, A.SAMPLER), ("c", 90.0, [1.0], 10, A.SAMPLER)]
+    seed = 0
+    for cid, mean, speeds, n, role in plan:
+        for speed in speeds:
+            pos = [i % 24 for i in range(n)]
+            runs = _runs(mean, speed, pos, seed)
+            seed += 1
+            pairs = list(zip(pos, runs, strict=True))
+            if shuffle is not None:
+                random.Random(shuffle + seed).shuffle(pairs)
+            _add(study, cid, [v for _, v in pairs], [p for p, _ in pairs], role)
+    return study
+
+
+def test_the_pick_does_not_depend_on_the_order_the_prompts_came_in() -> None:
+    ref = R.verdict(_study())
+    for k in range(3):
+        v = R.verdict(_study(shuffle=k))
+        assert v.best is not None and ref.best is not None
+        assert v.best.config_id == ref.best.config_id == "a"
+        assert v.sure == pytest.approx(ref.sure, rel=1e-9)
+        assert v.best.stats.ci_low == pytest.approx(ref.best.stats.ci_low, rel=1e-9)
+
+
+def test_the_winners_interval_and_speedup_include_the_start_variance() -> None:
+    study = optuna.create_study(direction="maximize")
+    flat = list(range(1))  # no prompt positions: the starts alone
+    _add(study, "base", _runs(60.0, 1.0, flat * 100, 1), None, A.BASELINE)
+    for k, speed in enumerate((1.0, 1.04)):  # two starts 4% apart, 100 runs each
+        _add(study, "a", [100.0 * speed * math.exp(random.Random(k).gauss(0, 0.01))
+                          for _ in range(100)], None)
+    _add(study, "b", _runs(90.0, 1.0, flat * 100, 2), None)
+    v = R.verdict(study)
+    assert v.best is not None and v.baseline is not None
+    st = v.best.stats
+    assert st.mean == summarize(v.best.runs).mean
+    assert [len(s) for s in v.best.starts] == [100, 100]
+    assert v.start is not None and v.start.configs == 1 and v.start.tau2 > 0
+    text = v.start_text()
+    assert text is not None and "two starts" in text
+    # however many runs, two starts cannot know the configuration better than this
+    assert math.log(st.ci_high / st.mean) >= 1.959 * math.sqrt(v.start.tau2 / 2)
+    plain = summarize(v.best.runs)  # 200 runs taken as independent: far narrower
+    assert st.ci_high - st.ci_low > 5 * (plain.ci_high - plain.ci_low)
+    ratio = R.speedup_over(v.best, v.baseline)  # the baseline: one start
+    assert ratio is not None
+    assert math.log(ratio.high / ratio.ratio) >= 1.959 * math.sqrt(1.5 * v.start.tau2)
+
+
+def test_prompt_effects_take_the_prompts_spread_out_of_the_comparison() -> None:
+    groups = []
+    for k, mean in enumerate((100.0, 97.0, 90.0)):
+        pos = [i % 24 for i in range(48)]
+        groups.append(list(zip(pos, _runs(mean, 1.0, pos, 50 + k), strict=True)))
+    eff = prompt_effects(groups)
+    truth = [math.log(p) for p in PROMPT]
+    centre = sum(truth) / len(truth)
+    for p, e in eff.items():
+        # six runs a prompt, shrunk by two runs' worth of prior: 6/8 of the truth
+        assert e == pytest.approx((truth[p] - centre) * 6 / 8, abs=0.02)
+    raw = summarize([v for _, v in groups[0]]).rel_stdev
+    adjusted = summarize([v * math.exp(-eff[p]) for p, v in groups[0]]).rel_stdev
+    assert adjusted < raw / 2
+
+
+def test_runs_without_positions_are_compared_as_before() -> None:
+    study = optuna.create_study(direction="maximize")
+    _add(study, "base", [60.0, 61.0, 59.0], None, A.BASELINE)
+    _add(study, "a", [100.0, 101.0, 99.0], None)
+    _add(study, "b", [90.0, 91.0, 89.0], None)
+    v = R.verdict(study)
+    assert v.best is not None and v.best.config_id == "a" and v.best.positions == []
+    assert v.sure is not None and v.sure > 0.9
+
+
+def test_the_summary_reports_the_spread_between_starts() -> None:
+    from sweeper.results.headline import Headline
+
+    lines = Headline.of(_study()).lines()
+    assert any(ln.startswith("Server starts differ by ") for ln in lines), lines
+    assert any("start by start" in ln for ln in lines)
