@@ -181,8 +181,10 @@ class Headline:
                      "The dashboard's Pareto-front plot shows them against every trial.", "",
                      *[f"- {line.strip()}" for line in self.front_lines()[1:]], "",
                      "### Winner per level", "", *[f"- {x}" for x in self.level_lines()], "",
-                     f"Export one level's winner: `sweeper export --study {name} --at LEVEL "
-                     "-o best.yaml`"]
+                     "Export one level's winner: `" + str(
+                         study.user_attrs.get(A.EXPORT)
+                         or f"sweeper export --study {name} -o best.yaml").replace(
+                         " -o best.yaml", " --at LEVEL -o best.yaml") + "`"]
             if simulated:
                 parts += ["", f"*{SIM_NOTE}*"]
             return "\n".join(parts)
@@ -200,10 +202,13 @@ class Headline:
         if len(self.goal.levels) > 1:
             parts += ["", f"Tuned for {self.goal.describe()}.", "", "### Winner per level", "",
                       *[f"- {x}" for x in self.level_lines()]]
-        parts += ["", f"Export it: `sweeper export --study {name} -o best.yaml`"]
+        # the command optimize was given (study path, storage), else the study's name
+        export = str(study.user_attrs.get(A.EXPORT)
+                     or f"sweeper export --study {name} -o best.yaml")
+        parts += ["", f"Export it: `{export}`"]
         if len(self.goal.levels) > 1:
-            parts += ["", f"One level's winner: `sweeper export --study {name} --at LEVEL "
-                          "-o best.yaml`"]
+            at_level = export.replace(" -o best.yaml", " --at LEVEL -o best.yaml")
+            parts += ["", f"One level's winner: `{at_level}`"]
         single = _best_single(study)
         if single is not None and single.number not in self.best.trials:
             parts += ["", f"The *Best Trial* card shows the single highest measurement "

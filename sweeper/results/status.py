@@ -50,7 +50,10 @@ def compact_params(effective: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def print_summary(console: Console, s: SweepSummary, headline: Headline) -> None:
+def print_summary(console: Console, s: SweepSummary, headline: Headline,
+                  export: str | None = None) -> None:
+    """The end of a sweep; ``export`` is the command that exports this sweep's winner
+    (cli/common.export_command: the study and storage as the sweep was given them)."""
     pruned = ", ".join(f"{k} {v}" for k, v in sorted(s.pruned.items())) or "none"
     console.print(f"\nSweep of {s.study!r} ended ({s.stopped_because}): {s.finished} trials "
                   f"restarted the server ({s.complete} measured, failed by configuration: "
@@ -65,7 +68,8 @@ def print_summary(console: Console, s: SweepSummary, headline: Headline) -> None
                       f"{s.kept_server.port} (process group {s.kept_server.pgid}; log "
                       f"{s.kept_server.log_path}). Stop it with: sweeper stop --study {s.study}")
     if headline.best is not None:
-        console.print(f"Export it: sweeper export --study {s.study} -o best.yaml")
+        export = export or f"sweeper export --study {s.study} -o best.yaml"
+        console.print(f"Export it: {export}", markup=False, soft_wrap=True)
     if s.simulated:
         console.print(f"[dim]{SIM_NOTE}[/]")
 
