@@ -6,6 +6,7 @@ launcher's own ``--help`` on the host, not a list kept here.
 
 from __future__ import annotations
 
+import difflib
 import re
 import shlex
 from collections.abc import Collection, Mapping
@@ -121,13 +122,23 @@ def _require(host: Host, command: str, flags: Collection[str] | Mapping[str, str
         parts = []
         for flag in missing:
             param = wanted.get(flag, wanted.get(f"--{flag}", flag))
-            who = f"parameter {param!r} needs --{flag}" if param != flag else f"--{flag}"
-            parts.append(who)
+            text = f"--{flag}"
+            if param.removeprefix("--") != flag:  # a space parameter: say which one
+                text += f" (for parameter {param!r})"
+            hint = did_you_mean(flag, available)
+            parts.append(f"{text} (did you mean --{hint}?)" if hint else text)
         raise PreflightError(
-            f"host {host.name}: this SGLang build has no {', '.join('--' + f for f in missing)} "
-            f"({'; '.join(parts)}); remove it from the study's space or args, or use a build "
-            f"that has it (checked with `{command}`)"
+            f"host {host.name}: this SGLang build has no {', '.join(parts)}; fix or remove it "
+            f"in the study's space or server.args, or use a build that has it (checked with "
+            f"`{command}`)"
         )
+
+
+def did_you_mean(flag: str, available: Collection[str]) -> str | None:
+    """The closest flag the launcher's ``--help`` lists (``tp-sise`` -> ``tp-size``), or
+    None when nothing is close: a typo, not a flag another build has."""
+    close = difflib.get_close_matches(flag, list(available), n=1, cutoff=0.75)
+    return close[0] if close else None
 
 
 def _gpu_count(host: Host) -> int | None:
