@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import optuna
@@ -102,3 +103,67 @@ def test_leaders_axis_shows_the_small_differences() -> None:
     low, high = fig.axes[0].get_xlim()
     assert 30 < low < 35 and 42 < high < 45  # not from 0%: 1-2% apart is visible
 
+
+
+def test_status_at_80_columns_keeps_the_knobs_that_differ(make_study, tmp_path: Path) -> None:
+    import io
+
+    from optuna.distributions import IntDistribution
+    from rich.console import Console
+
+    from sweeper.results.status import print_status
+    from sweeper.study import load_study
+
+    spec = load_study(str(make_study()))
+    study = optuna.create_study(study_name="t", storage=spec.storage, direction="maximize")
+    common = {"speculative-num-steps": 3, "speculative-eagle-topk": 2,
+              "speculative-num-draft-tokens": 7, "speculative-draft-tp-size": 4,
+              "env.NCCL_MIN_NCHANNELS": 16}
+    variants = [{}, {"env.NCCL_ALGO": "Tree", "env.NCCL_PROTO": "LL128"},
+                {"env.NCCL_ALGO": "Ring", "env.NCCL_PROTO": "LL128"},
+                {"env.NCCL_ALGO": "Tree", "env.NCCL_PROTO": "Simple"}]
+    for i, extra in enumerate(variants):
+        eff = {**common, **extra} if extra else {}
+        study.add_trial(optuna.trial.create_trial(
+            params={"x": i}, distributions={"x": IntDistribution(0, 9)}, value=500.0 + i,
+            user_attrs={A.ROLE: A.SAMPLER if extra else A.BASELINE, A.CONFIG_ID: f"c{i}",
+                        A.EFFECTIVE: eff, A.RUNS: [500.0 + i, 501.0 + i]}))
+    buf = io.StringIO()
+    print_status(Console(file=buf, width=80, highlight=False, soft_wrap=True), spec,
+                 spec.storage)
+    lines = buf.getvalue().splitlines()
+    assert max(len(line) for line in lines) <= 80, lines
+    rows = {line.split()[0]: line for line in lines if line.strip()[:1].isdigit()}
+    assert "ALGO=Tree PROTO=LL128" in rows["1"] and "ALGO=Ring PROTO=LL128" in rows["2"]
+    assert "ALGO=Tree PROTO=Simple" in rows["3"]
+    assert any("every configuration below has s3 k2 d7 tp4 MIN_NCHANNELS=16" in line
+               for line in lines)
+
+
+def test_piped_output_respects_columns(finished: Path) -> None:
+    proc = run_cli("status", "--study", str(finished), env={"COLUMNS": "80"})
+    assert max(len(line) for line in proc.stdout.splitlines()) <= 80
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    piped = subprocess.run([sys.executable, "-m", "sweeper", "status", "--study", str(finished)],
+                           capture_output=True, text=True, env=env, check=True)
+    assert max(len(line) for line in piped.stdout.splitlines()) <= 80
+
+
+def test_the_summary_counts_real_restarts_in_good_english() -> None:
+    from collections import Counter
+
+    from sweeper.results.status import summary_counts
+    from sweeper.run.common import SweepSummary
+
+    s = SweepSummary("demo", "sqlite:///x.db", finished=40, complete=38, reused=5,
+                     pruned=Counter({"oom": 2}), failed=1, retried=1, skipped=1)
+    text = summary_counts(s)
+    assert "35 trials restarted the server, 5 more measured on the server already running" \
+        in text
+    assert "1 infrastructure failure (1 queued again)" in text
+    assert "1 proposal skipped" in text
+    one = summary_counts(SweepSummary("demo", "x", finished=1, complete=1))
+    assert "1 trial restarted the server" in one and "0 infrastructure failures" in one

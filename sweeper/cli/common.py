@@ -3,7 +3,6 @@ from error types to exit codes and one clear line."""
 
 from __future__ import annotations
 
-import os
 import shlex
 from collections.abc import Callable
 from functools import wraps
@@ -40,10 +39,9 @@ def _root(version: Annotated[bool, typer.Option(
 
 
 def _console(stderr: bool = False) -> Console:
-    console = Console(stderr=stderr, highlight=False, soft_wrap=True)
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console.width = 160  # a log file or a pipe: do not fold tables at 80 columns
-    return console
+    # A pipe or a log file gets $COLUMNS, else 80 columns (rich's own rule): tables are
+    # laid out for 80; lines of text are never folded (soft_wrap).
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
 
 
 out = _console()

@@ -48,10 +48,11 @@ def _allow_delete(yes: bool, study: str, storage: str) -> bool:
     def ask(n: int) -> bool:
         if yes:
             return True
+        trials = f"{n} trial{'' if n == 1 else 's'}"
         if not sys.stdin.isatty():
-            raise InputError(f"--fresh would delete the {n} trials of study {study!r} in "
+            raise InputError(f"--fresh would delete the {trials} of study {study!r} in "
                              f"{storage}; add --yes to confirm (no terminal to ask)")
-        return typer.confirm(f"--fresh deletes the {n} trials of study {study!r} in "
+        return typer.confirm(f"--fresh deletes the {trials} of study {study!r} in "
                              f"{storage}. Delete them?", default=False)
     return ask  # type: ignore[return-value]
 
@@ -148,8 +149,10 @@ def optimize(
             pool.budget.save(pool.study, trials, phase="confirm")
             _confirm(sweep, top, runs, reporter, rounds)
         else:
-            out.print(f"Confirm phase skipped: the top {top} are the configurations the last "
-                      "confirm phase measured (`sweeper confirm` measures them again).")
+            which = "the leader is the configuration" if top == 1 else \
+                f"the top {top} are the configurations"
+            out.print(f"Confirm phase skipped: {which} the last confirm phase measured "
+                      "(`sweeper confirm` measures them again).")
     pool.done()
     reporter.close()
     print_summary(out, summary, Headline.of(sweep.study, spec.benchmark.objective), export)
@@ -163,8 +166,8 @@ def _confirm(sweep: Sweep, top: int, runs: int, reporter: ConsoleReporter,
     from sweeper.run.confirm import print_confirm, run_confirm
 
     reporter.close()  # the sweep's bar is done; the confirm phase gets its own
-    out.print(f"Confirm phase: the top {top} configurations and the baseline, {runs} runs "
-              "each, interleaved.")
+    which = "the leader" if top == 1 else f"the top {top} configurations"
+    out.print(f"Confirm phase: {which} and the baseline, {runs} runs each, interleaved.")
     try:
         outcome = run_confirm(sweep, top, runs, rounds)
     except KeyboardInterrupt:

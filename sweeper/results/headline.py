@@ -154,7 +154,8 @@ class Headline:
         if self.goal.multi:
             if not self.front:
                 return "no configuration has completed yet"
-            return f"Pareto front of {len(self.front)} configurations{levels}"
+            n = len(self.front)
+            return f"Pareto front of {n} configuration{'' if n == 1 else 's'}{levels}"
         if self.best is None:
             return "no configuration has completed yet"
         vs = f"; {R.fmt_ratio(self.speedup)} vs baseline" if self.speedup else ""
@@ -177,7 +178,8 @@ class Headline:
         may name another trial."""
         name = study.study_name
         if self.goal.multi and self.front:
-            parts = [f"## Pareto front: {len(self.front)} configurations", "",
+            n = len(self.front)
+            parts = [f"## Pareto front: {n} configuration{'' if n == 1 else 's'}", "",
                      "The dashboard's Pareto-front plot shows them against every trial.", "",
                      *[f"- {line.strip()}" for line in self.front_lines()[1:]], "",
                      "### Winner per level", "", *[f"- {x}" for x in self.level_lines()], "",

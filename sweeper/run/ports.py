@@ -41,8 +41,8 @@ def choose_port(spec: StudySpec, storage_url: str, port: int | None = None) -> P
         return PortChoice(spec, None)
     chosen = auto_port(storage_url, spec.name)
     return PortChoice(_with_port(spec, chosen),
-                      f"port {chosen} (the study sets no server.port: this study and "
-                      "storage's own on this machine; --port picks another)")
+                      f"port {chosen} (its own on this machine: the study sets no "
+                      "server.port; --port picks one)")
 
 
 def _auto(spec: StudySpec) -> bool:

@@ -351,6 +351,7 @@ class Sweep:
         self.recorder.complete(slot, m, log=self.runner.log_text(m.server), speedup=ratio)
         self.summary.finished += 1
         self.summary.complete += 1
+        self.summary.reused += int(m.reused)
         headline = Headline.of(self.study, self.bench_spec.objective)
         with contextlib.suppress(Exception):  # the dashboard's note is a courtesy
             mark_best(self.study, self.bench_spec.objective)

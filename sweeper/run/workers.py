@@ -416,9 +416,11 @@ class HostPool:
                 w._finish()
             ws = w.summary
             s.finished += ws.finished
+            s.reused += ws.reused
             s.complete += ws.complete
             s.pruned.update(ws.pruned)
             s.skipped += ws.skipped
+            s.repeats += ws.repeats
             s.failed += ws.failed
             s.retried += ws.retried
         s.best, s.baseline = self.primary.summary.best, self.primary.summary.baseline
