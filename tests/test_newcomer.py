@@ -167,3 +167,36 @@ def test_the_summary_counts_real_restarts_in_good_english() -> None:
     assert "1 proposal skipped" in text
     one = summary_counts(SweepSummary("demo", "x", finished=1, complete=1))
     assert "1 trial restarted the server" in one and "0 infrastructure failures" in one
+
+
+def test_help_lists_every_command_whole_and_every_bench_option_has_help() -> None:
+    from sweeper.cli import app
+
+    top = run_cli("--help", env={"COLUMNS": "80"}).stdout
+    commands = top.split("Commands:")[1]
+    assert "..." not in commands
+    for info in app.registered_commands:
+        name = info.name or info.callback.__name__
+        assert f"  {name.replace('_', '-')} " in commands, name
+    bench = run_cli("bench", "--help", env={"COLUMNS": "200"}).stdout
+    options = [line for line in bench.split("Options:")[1].splitlines()
+               if line.strip().startswith("--")]
+    for line in options:  # "--runs <int range>   Measured runs ...  [default: 5; x>=1]"
+        parts = [p for p in re.split(r"\s{2,}", line.strip()) if p]
+        assert len(parts) >= 2 and not parts[1].startswith("["), line
+    optimize = " ".join(run_cli("optimize", "--help", env={"COLUMNS": "200"}).stdout.split())
+    assert "the study file's folder" in optimize
+
+
+def test_how_sure_says_what_it_means_and_on_which_runs(finished: Path) -> None:
+    study = optuna.load_study(study_name="t", storage=f"sqlite:///{finished.parent / 't.db'}")
+    h = Headline.of(study)
+    assert h.confirmed and h.sure is not None
+    text = "\n".join(h.lines())
+    assert "within 1% of every other" not in text
+    assert "no other configuration measured is truly more than 1% faster" in text
+    assert "sweep and confirm phase" in text
+    # the figure the live output showed (all runs pooled) is named beside the fresh one
+    assert h.pooled is not None and h.best is not None
+    if h.pooled.stats.n != h.best.stats.n:
+        assert f"all {h.pooled.stats.n} runs of it" in text

@@ -51,8 +51,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 StudyOpt = Annotated[str, typer.Option("--study", "-s", help="Study name (studies/NAME.yaml) "
                                                             "or path to a study file.")]
-StorageOpt = Annotated[str | None, typer.Option(help="Storage URL (default: the study's, "
-                                                     "sqlite:///studies/NAME.db).")]
+StorageOpt = Annotated[str | None, typer.Option(
+    help="Storage URL (default: the study file's storage:, else sqlite:///DIR/NAME.db with "
+         "DIR the study file's folder: studies/ for a study given by name).")]
 
 
 def export_command(study: str, storage: str | None, spec: StudySpec) -> str:

@@ -34,13 +34,18 @@ def validate(study: StudyOpt) -> None:
 @errors
 def bench(
     url: Annotated[str, typer.Option(help="Base URL of a running SGLang server.")],
-    max_tokens: Annotated[int, typer.Option(min=1)] = 500,
-    runs: Annotated[int, typer.Option(min=1)] = 5,
-    warmup: Annotated[int, typer.Option(min=0)] = 1,
-    concurrency: Annotated[int, typer.Option(min=1)] = 1,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Tokens to generate per "
+                                                     "request.")] = 500,
+    runs: Annotated[int, typer.Option(min=1, help="Measured runs (the table gives their "
+                                                 "mean and 95% interval).")] = 5,
+    warmup: Annotated[int, typer.Option(min=0, help="Unmeasured runs first (CUDA graphs, "
+                                                   "caches).")] = 1,
+    concurrency: Annotated[int, typer.Option(min=1, help="Requests in flight at "
+                                                        "once.")] = 1,
     api: Annotated[Literal["chat", "generate"], typer.Option(
         help="The API to stream from.")] = "chat",
-    prompts: Annotated[str, typer.Option(help="builtin or a .jsonl file")] = "builtin",
+    prompts: Annotated[str, typer.Option(help="The prompts: builtin, or a .jsonl file "
+                                              "(as a study's benchmark.prompts).")] = "builtin",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Benchmark one running server (the same code the sweep's trials use)."""

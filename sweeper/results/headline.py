@@ -40,22 +40,46 @@ class Headline:
     per_level: dict[int, R.ConfigResult] = field(default_factory=dict)
     front: list[R.ConfigResult] = field(default_factory=list)
     sure: float | None = None
+    # the winner with every run of it pooled (sweep, racing and confirm runs): what the
+    # live output showed, and what "How sure" is computed on; after a confirm phase the
+    # figure above is its fresh runs only, so the two can differ
+    pooled: R.ConfigResult | None = None
 
     @classmethod
     def of(cls, study: optuna.Study, objective: str = "mean",
            trials: list[FrozenTrial] | None = None) -> Headline:
+        trials = trials if trials is not None else study.get_trials(deepcopy=False)
         v = R.verdict(study, objective, trials)
+        pooled = None
+        if v.best is not None:
+            pooled = next((r for r in R.config_results(trials)
+                           if r.config_id == v.best.config_id), None)
         return cls(v.best, v.baseline, v.confirmed, goal=v.goal, per_level=v.per_level,
-                   front=v.front, sure=v.sure)
+                   front=v.front, sure=v.sure, pooled=pooled)
 
     def how_sure(self) -> str | None:
-        """``How sure: 87% that it is within 1% of every other configuration measured``"""
+        """``How sure: 87% that no other configuration measured is truly more than 1%
+        faster (on every run of each, ...)``: the chance the pick is right to within 1%,
+        not a claim that the configurations are tied."""
         if self.sure is None or self.best is None:
             return None
-        # every configuration measured, sweep and confirm runs pooled (verdict._sure),
-        # whether or not a confirm phase ran
-        return (f"How sure: {self.sure:.0%} that it is within {R.SURE_TOL:.0%} of every "
-                f"other configuration measured (pooled runs, normal approximation)")
+        # verdict._sure: every configuration measured, all its runs pooled, whether or
+        # not a confirm phase ran
+        on = "every run of each pooled, sweep and confirm phase" if self.confirmed else \
+            "every run of each pooled"
+        return (f"How sure: {self.sure:.0%} that no other configuration measured is truly "
+                f"more than {R.SURE_TOL:.0%} faster ({on}; normal approximation)")
+
+    def pooled_note(self) -> str | None:
+        """After a confirm phase: the winner's figure on all its runs, which the live
+        output showed, so the change to the fresh runs' figure is said, not silent."""
+        if not self.confirmed or self.pooled is None or self.best is None:
+            return None
+        p = self.pooled.stats
+        if p.n == self.best.stats.n:
+            return None
+        return (f"(on the confirm phase's fresh runs only; all {p.n} runs of it, sweep "
+                f"included, give {R.fmt_tok_s(p)} {self.unit}, the figure shown live)")
 
     @property
     def unit(self) -> str:
@@ -136,7 +160,8 @@ class Headline:
             out.append(f"Speedup over baseline ({self.baseline.stats.mean:.1f} tok/s): "
                        f"{R.fmt_ratio(self.speedup)}")
         if self.confirmed:
-            out.append("(the winner of the confirm phase, on its fresh interleaved runs)")
+            out.append(self.pooled_note()
+                       or "(the winner of the confirm phase, on its fresh interleaved runs)")
         sure = self.how_sure()
         if sure:
             out.append(sure)
@@ -198,7 +223,8 @@ class Headline:
                                            "no speculation)"
                                            if self.speedup and self.baseline else "")]
         if self.confirmed:
-            parts += ["", "Decided by the confirm phase on fresh, interleaved runs."]
+            parts += ["", "Decided by the confirm phase on fresh, interleaved runs."
+                      + (f" {self.pooled_note()}" if self.pooled_note() else "")]
         if self.how_sure():
             parts += ["", str(self.how_sure())]
         if len(self.goal.levels) > 1:
