@@ -200,3 +200,36 @@ def test_how_sure_says_what_it_means_and_on_which_runs(finished: Path) -> None:
     assert h.pooled is not None and h.best is not None
     if h.pooled.stats.n != h.best.stats.n:
         assert f"all {h.pooled.stats.n} runs of it" in text
+
+
+def test_a_tie_within_the_noise_recommends_the_simplest_with_the_rule() -> None:
+    import random
+
+    from sweeper.results.simplest import away_from_defaults, describe, simplest_tied
+    from sweeper.results.verdict import ConfigResult
+
+    rng = random.Random(5)
+
+    def runs(mean: float) -> list[float]:
+        return [rng.gauss(mean, mean * 0.02) for _ in range(30)]
+
+    spec = {"speculative-num-steps": 2, "speculative-eagle-topk": 1,
+            "speculative-num-draft-tokens": 3}
+    defaults = {"speculative-num-steps": 5, "speculative-eagle-topk": 1,
+                "speculative-num-draft-tokens": 6}
+    best = ConfigResult("a", {**spec, "env.NCCL_ALGO": "Tree", "env.NCCL_PROTO": "LL"},
+                        "config", runs=runs(1000))
+    plain = ConfigResult("b", {**spec, "env.NCCL_ALGO": "unset", "env.NCCL_PROTO": "unset"},
+                         "config", runs=runs(997))
+    slow = ConfigResult("c", {**defaults, "env.NCCL_ALGO": "unset",
+                              "env.NCCL_PROTO": "unset"}, "config", runs=runs(900))
+    assert away_from_defaults(best.effective, defaults) == 4
+    assert away_from_defaults(plain.effective, defaults) == 2
+    assert away_from_defaults(slow.effective, defaults) == 0
+    found = simplest_tied(best, [best, plain, slow], defaults)
+    assert found is not None and found.result is plain  # slow is simpler but not tied
+    line = describe(found)
+    assert "2 settings away from SGLang's defaults against the winner's 4" in line
+    assert "rule" in line and "95% interval includes 0" in line
+    # the winner is already the simplest of its ties: nothing to say
+    assert simplest_tied(plain, [best, plain, slow], defaults) is None

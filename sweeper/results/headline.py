@@ -17,6 +17,8 @@ from optuna.trial import FrozenTrial, TrialState
 import sweeper.results.verdict as R
 from sweeper.measure.stats import Ratio, speedup
 from sweeper.results import attrs as A
+from sweeper.results.simplest import Simplest, simplest_tied
+from sweeper.results.simplest import describe as describe_simplest
 from sweeper.study.objective import Objective
 
 SIM_NOTE = ("Figures come from the built-in SIMULATED SGLang server (a test double), "
@@ -44,6 +46,8 @@ class Headline:
     # live output showed, and what "How sure" is computed on; after a confirm phase the
     # figure above is its fresh runs only, so the two can differ
     pooled: R.ConfigResult | None = None
+    # the simplest configuration tied with the winner, when simpler (results/simplest.py)
+    simplest: Simplest | None = None
 
     @classmethod
     def of(cls, study: optuna.Study, objective: str = "mean",
@@ -55,7 +59,8 @@ class Headline:
             pooled = next((r for r in R.config_results(trials)
                            if r.config_id == v.best.config_id), None)
         return cls(v.best, v.baseline, v.confirmed, goal=v.goal, per_level=v.per_level,
-                   front=v.front, sure=v.sure, pooled=pooled)
+                   front=v.front, sure=v.sure, pooled=pooled,
+                   simplest=_simplest(study, trials, v))
 
     def how_sure(self) -> str | None:
         """``How sure: 87% that no other configuration measured is truly more than 1%
@@ -165,6 +170,8 @@ class Headline:
         sure = self.how_sure()
         if sure:
             out.append(sure)
+        if self.simplest is not None:
+            out.append(describe_simplest(self.simplest))
         if len(self.goal.levels) > 1:
             out[0] = f"Best for {self.goal.describe()}: {out[0].removeprefix('Best: ')}"
             out += ["Winner per level:", *self.level_lines()]
@@ -227,6 +234,8 @@ class Headline:
                       + (f" {self.pooled_note()}" if self.pooled_note() else "")]
         if self.how_sure():
             parts += ["", str(self.how_sure())]
+        if self.simplest is not None:
+            parts += ["", describe_simplest(self.simplest)]
         if len(self.goal.levels) > 1:
             parts += ["", f"Tuned for {self.goal.describe()}.", "", "### Winner per level", "",
                       *[f"- {x}" for x in self.level_lines()]]
@@ -246,6 +255,26 @@ class Headline:
         if simulated:
             parts += ["", f"*{SIM_NOTE}*"]
         return "\n".join(parts)
+
+
+def _simplest(study: optuna.Study, trials: list[FrozenTrial],
+              v: R.Verdict) -> Simplest | None:
+    """Among the configurations the winner was chosen from (after a confirm phase: its
+    fresh runs), the simplest one tied with it; one winner per study only."""
+    if v.best is None or v.goal.multi or len(v.goal.levels) > 1:
+        return None
+    start = next((t for t in trials if t.user_attrs.get(A.ROLE) == A.START_FROM
+                  and t.user_attrs.get(A.EFFECTIVE)), None)
+    defaults = dict(start.user_attrs[A.EFFECTIVE]) if start is not None else {}
+    confirmed = study.user_attrs.get(A.CONFIRMED) if v.confirmed else None
+    lossy = set((study.user_attrs.get(A.CONFIRMED) or {}).get("lossless_mismatches") or {})
+    if confirmed:
+        numbers = {n for ns in (confirmed.get("trials") or {}).values() for n in ns}
+        pool = R.config_results([t for t in trials if t.user_attrs.get(A.CONFIRM)
+                                 and t.number in numbers])
+    else:
+        pool = R.config_results(trials)
+    return simplest_tied(v.best, [r for r in pool if r.config_id not in lossy], defaults)
 
 
 def _best_single(study: optuna.Study) -> FrozenTrial | None:
