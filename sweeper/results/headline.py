@@ -248,10 +248,12 @@ class Headline:
             parts += ["", f"One level's winner: `{at_level}`"]
         single = _best_single(study)
         if single is not None and single.number not in self.best.trials:
-            parts += ["", f"The *Best Trial* card shows the single highest measurement "
-                          f"(trial {single.number}, {single.value:.1f} {self.unit}). The winner "
-                          "above pools every measurement of its configuration (and, after "
-                          "a confirm phase, its fresh runs), so one lucky run cannot win."]
+            parts += ["", f"The single highest measurement is trial {single.number} "
+                          f"({single.value:.1f} {self.unit}; Optuna's own *Best Trial*). The "
+                          "winner above pools every measurement of its configuration (and, "
+                          "after a confirm phase, its fresh runs), so one lucky run cannot "
+                          "win; `sweeper dashboard` shows the winner's best trial in the "
+                          "*Best Trial* card."]
         if simulated:
             parts += ["", f"*{SIM_NOTE}*"]
         return "\n".join(parts)
