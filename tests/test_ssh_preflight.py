@@ -83,6 +83,17 @@ def test_preflight_typo_in_server_args_gets_a_did_you_mean(any_host: Host,
     assert message.count("tp-sise") == 1, message
 
 
+def test_did_you_mean_is_a_typo_not_a_lookalike() -> None:
+    from sweeper.remote.preflight import did_you_mean
+
+    flags = help_flags(HELP)
+    assert did_you_mean("tp-siez", flags) == "tp-size"  # neighbours swapped
+    assert did_you_mean("speculative-num-step", flags) == "speculative-num-steps"
+    # another flag with the same long prefix is not what the user meant
+    assert did_you_mean("speculative-draft-tp-size", flags) is None
+    assert did_you_mean("enable-symm-mem", flags) is None
+
+
 def test_preflight_launcher_fails(any_host: Host, tmp_path: Path) -> None:
     broken = tmp_path / "broken.sh"
     broken.write_text("#!/bin/bash\necho 'No module named sglang' >&2\nexit 1\n")

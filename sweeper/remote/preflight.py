@@ -6,7 +6,6 @@ launcher's own ``--help`` on the host, not a list kept here.
 
 from __future__ import annotations
 
-import difflib
 import re
 import shlex
 from collections.abc import Collection, Mapping
@@ -135,10 +134,29 @@ def _require(host: Host, command: str, flags: Collection[str] | Mapping[str, str
 
 
 def did_you_mean(flag: str, available: Collection[str]) -> str | None:
-    """The closest flag the launcher's ``--help`` lists (``tp-sise`` -> ``tp-size``), or
-    None when nothing is close: a typo, not a flag another build has."""
-    close = difflib.get_close_matches(flag, list(available), n=1, cutoff=0.75)
-    return close[0] if close else None
+    """The flag the launcher's ``--help`` lists that ``flag`` is a typo of (``tp-sise`` ->
+    ``tp-size``): one edit away (two for a flag of 8 characters or more; a swap of two
+    neighbours is one). Similar-looking SGLang flags share long prefixes
+    (``speculative-...``), so closeness by ratio would suggest a different flag; None
+    when nothing is that close."""
+    limit = 2 if len(flag) >= 8 else 1
+    best = min(((_edits(flag, f), f) for f in available), default=None)
+    return best[1] if best is not None and best[0] <= limit else None
+
+
+def _edits(a: str, b: str) -> int:
+    """Optimal string alignment distance: insertions, deletions, substitutions and swaps
+    of neighbours, each 1 (difflib has no edit distance; this is 10 lines)."""
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                cur[j] = min(cur[j], prev2[j - 2] + 1)
+        prev2, prev = prev, cur
+    return prev[-1]
 
 
 def _gpu_count(host: Host) -> int | None:
