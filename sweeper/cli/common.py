@@ -3,6 +3,7 @@ from error types to exit codes and one clear line."""
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Callable
 from functools import wraps
@@ -39,9 +40,18 @@ def _root(version: Annotated[bool, typer.Option(
 
 
 def _console(stderr: bool = False) -> Console:
-    # A pipe or a log file gets $COLUMNS, else 80 columns (rich's own rule): tables are
-    # laid out for 80; lines of text are never folded (soft_wrap).
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    console = Console(stderr=stderr, highlight=False, soft_wrap=True)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = 160  # a log file or a pipe: do not fold tables at 80 columns
+    return console
+
+
+def table_console() -> Console:
+    """The console for a command whose output is a table to read (``status``): a pipe
+    gets $COLUMNS, else 80 columns, as a terminal would, not the log width."""
+    if not out.is_terminal and "COLUMNS" not in os.environ:
+        return Console(highlight=False, soft_wrap=True, width=80)
+    return out
 
 
 out = _console()
