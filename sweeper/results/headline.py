@@ -261,22 +261,18 @@ class Headline:
 
 def _simplest(study: optuna.Study, trials: list[FrozenTrial],
               v: R.Verdict) -> Simplest | None:
-    """Among the configurations the winner was chosen from (after a confirm phase: its
-    fresh runs), the simplest one tied with it; one winner per study only."""
+    """The simplest configuration tied with the winner, on every run of each (the runs
+    "How sure" is computed on: a confirm phase with racing measures only the winner and
+    the baseline); one winner per study only."""
     if v.best is None or v.goal.multi or len(v.goal.levels) > 1:
         return None
     start = next((t for t in trials if t.user_attrs.get(A.ROLE) == A.START_FROM
                   and t.user_attrs.get(A.EFFECTIVE)), None)
     defaults = dict(start.user_attrs[A.EFFECTIVE]) if start is not None else {}
-    confirmed = study.user_attrs.get(A.CONFIRMED) if v.confirmed else None
     lossy = set((study.user_attrs.get(A.CONFIRMED) or {}).get("lossless_mismatches") or {})
-    if confirmed:
-        numbers = {n for ns in (confirmed.get("trials") or {}).values() for n in ns}
-        pool = R.config_results([t for t in trials if t.user_attrs.get(A.CONFIRM)
-                                 and t.number in numbers])
-    else:
-        pool = R.config_results(trials)
-    return simplest_tied(v.best, [r for r in pool if r.config_id not in lossy], defaults)
+    pool = [r for r in R.config_results(trials) if r.config_id not in lossy]
+    best = next((r for r in pool if r.config_id == v.best.config_id), v.best)
+    return simplest_tied(best, pool, defaults)
 
 
 def _best_single(study: optuna.Study) -> FrozenTrial | None:
