@@ -152,7 +152,7 @@ def optimize(
             which = "the leader is the configuration" if top == 1 else \
                 f"the top {top} are the configurations"
             out.print(f"Confirm phase skipped: {which} the last confirm phase measured "
-                      "(`sweeper confirm` measures them again).")
+                      f"(`sweeper confirm` measures {'it' if top == 1 else 'them'} again).")
     pool.done()
     reporter.close()
     print_summary(out, summary, Headline.of(sweep.study, spec.benchmark.objective), export)
