@@ -11,6 +11,7 @@ from pathlib import Path
 
 import optuna
 import pandas as pd
+import yaml
 
 from sweeper.results import attrs as A
 from sweeper.results import figures
@@ -233,3 +234,20 @@ def test_a_tie_within_the_noise_recommends_the_simplest_with_the_rule() -> None:
     assert "rule" in line and "95% interval includes 0" in line
     # the winner is already the simplest of its ties: nothing to say
     assert simplest_tied(plain, [best, plain, slow], defaults) is None
+
+
+def test_validate_catches_a_typo_in_server_args_on_this_machine(make_study,
+                                                                tmp_path: Path) -> None:
+    data = yaml.safe_load(make_study().read_text())
+    args = data["server"]["args"]
+    args["tp-sise"] = args.pop("tp-size")
+    study = tmp_path / "typo.yaml"
+    study.write_text(yaml.safe_dump(data, sort_keys=False))
+    proc = run_cli("validate", "--study", str(study))
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no --tp-sise (did you mean --tp-size?)" in lines[0]
+    assert lines[0].count("tp-sise") == 1 and str(study) in lines[0]
+    assert not (tmp_path / "t.db").exists()
+    ok = run_cli("validate", "--study", str(make_study()))
+    assert ok.returncode == 0 and "every flag is in this machine's launcher --help" in ok.stdout

@@ -3,21 +3,29 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Literal
+import sys
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
 from sweeper.cli.common import StudyOpt, app, err, errors, load, out
 
+if TYPE_CHECKING:
+    from sweeper.study import StudySpec
+
 
 @app.command()
 @errors
 def validate(study: StudyOpt) -> None:
-    """Check a study file and show what it will search. Starts nothing."""
+    """Check a study file and show what it will search. Starts nothing (a study on this
+    machine: its flags are checked against the launcher's --help)."""
     from sweeper.search.space import SearchSpace
 
     spec = load(study)
     space = SearchSpace(spec)
+    flags = sorted(space.emitted_flags())
+    if spec.hosts[0].is_local:  # asking this machine's launcher costs no connection
+        _check_flags_here(spec, flags)
     out.print(f"{spec.path}: ok — study {spec.name!r}, storage {spec.storage}")
     for h in spec.hosts:
         note = " (placeholder: set it before `optimize`)" if h.is_placeholder else ""
@@ -27,7 +35,28 @@ def validate(study: StudyOpt) -> None:
     out.print(f"  concurrency: {', '.join(map(str, spec.objective.levels))} (each trial "
               f"measures every level on one server start); objective: "
               f"{spec.objective.describe()}", markup=False)
-    out.print(f"  flags SGLang must accept: {', '.join(sorted(space.emitted_flags()))}")
+    out.print(f"  flags SGLang must accept: {', '.join(flags)}")
+    if spec.hosts[0].is_local:
+        out.print("  every flag is in this machine's launcher --help")
+    else:
+        out.print("  (checked against the node's `launcher --help` when optimize starts, "
+                  "before any server)")
+
+
+def _check_flags_here(spec: StudySpec, flags: list[str]) -> None:
+    """A flag the local launcher's ``--help`` lacks (a typo in server.args) is refused
+    now, with a did-you-mean (remote/preflight.py), not at the first restart."""
+    from sweeper.errors import InputError, PreflightError
+    from sweeper.launch import LaunchConfig
+    from sweeper.remote.local import LocalHost
+    from sweeper.remote.preflight import require_flags
+
+    python = spec.hosts[0].python or sys.executable
+    try:
+        require_flags(LocalHost(), LaunchConfig(spec.server.launcher).launcher_argv(python),
+                      flags)
+    except PreflightError as exc:
+        raise InputError(f"{spec.path}: {exc}") from None
 
 
 @app.command()
