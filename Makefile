@@ -70,10 +70,15 @@ postgres:
 
 # Most tests wait on real processes (server start-ups, benchmarks, kill -9 and resume), so
 # they run three at a time, a test file per worker, deadlines doubled (tests/timeouts.py);
-# the few that measure the simulator's wall-clock tok/s run alone afterwards.
+# the few that measure the simulator's wall-clock tok/s (marker `timing`) run alone
+# afterwards, always: also when the first part failed (make would stop there and they
+# would go unreported); the target fails if either part did.
 test: $(STAMP) sshd chromium postgres docker slurm
-	SWEEPER_TEST_TIMEOUT_FACTOR=2 $(BIN)/python -m pytest -q -n 3 --dist loadfile -m "not timing" --durations=15
-	$(BIN)/python -m pytest -q -m timing
+	@rc=0; \
+	SWEEPER_TEST_TIMEOUT_FACTOR=2 $(BIN)/python -m pytest -q -n 3 --dist loadfile -m "not timing" --durations=15 || rc=$$?; \
+	echo "== the timing tests (the simulator's wall-clock tok/s), alone: =="; \
+	$(BIN)/python -m pytest -q -m timing || rc=$$?; \
+	exit $$rc
 
 # The SSH and sweep tests while a CPU burner keeps every core busy (tests/stress.py).
 test-stress: $(STAMP) sshd

@@ -94,8 +94,9 @@ def test_report_renders_every_figure(finished: Path, browser, tmp_path: Path) ->
     from sweeper.results.report import FIGURES
 
     for name in FIGURES:
-        if name == "traffic":  # one concurrency level here: the report says what is missing
-            assert "measures one concurrency level" in browser.page_source
+        if name == "traffic":  # one concurrency level: no trade-off, no section at all
+            assert "missing-traffic" not in browser.page_source
+            assert "per concurrency level" not in browser.page_source
             assert not (out / "traffic.png").exists()
             continue
         img = browser.find_element(By.ID, f"fig-{name}")

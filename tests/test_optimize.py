@@ -51,7 +51,12 @@ def test_sweep_records_every_trial(make_study, tmp_path: Path) -> None:
     assert "SIMULATED" in proc.stdout
     assert "Best:" in proc.stdout
     study = load(tmp_path / "t.db")
-    done = finished(study)
+    # --trials counts restarts: a proposal resolved without one (an accidental repeat of a
+    # measured configuration, a known failure skipped) is recorded but not counted. Which
+    # proposals those are depends on the measured tok/s (wall-clock, slower on a loaded
+    # machine), so even a seeded sampler may make one: count what the promise is about.
+    done = [t for t in finished(study)
+            if not t.user_attrs.get("repeat_of") and not t.user_attrs.get("skipped_known_failure")]
     assert len(done) == 6
     trials = sorted(study.get_trials(), key=lambda t: t.number)
     # the baseline first: the same server without any speculative flag

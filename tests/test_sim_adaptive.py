@@ -125,31 +125,47 @@ def test_a_bad_config_file_exits_with_sglangs_error(tmp_path: Path) -> None:
     assert missing.returncode == 1 and "FileNotFoundError: [Errno 2]" in missing.stderr
 
 
-def test_server_switches_steps_by_batch_and_matches_the_model(spawn, tmp_path: Path) -> None:
+def _adaptive_server(spawn, tmp_path: Path) -> tuple[Any, dict[str, Any]]:
     path = write(tmp_path, {"1": {"candidate_steps": [3]}, "4": {"candidate_steps": [1]}})
     flags = ["--speculative-algorithm", "EAGLE3", "--speculative-adaptive",
              "--speculative-adaptive-config", path]
     sim = spawn([*FAST, "--sim-noise", "0", *flags])
     sim.wait_healthy()
-    info = json.loads(http_get(sim.url + "/get_server_info")[1])
-    assert info["speculative_adaptive"] is True
-    assert info["speculative_adaptive_config"] == path
-    assert "AdaptiveSpeculativeParams initialized: steps=3" in sim.log()
-    args = {**ADAPTIVE, "speculative-adaptive-config": path}
-    alone = stream_chat(sim.url, "alone", 500).tok_s
-    assert alone == pytest.approx(expected_throughput("demo", args, {}).tok_s, rel=0.02)
+    return sim, {**ADAPTIVE, "speculative-adaptive-config": path}
+
+
+def _four_at_once(url: str) -> list[float]:
     results: list[float] = []
     barrier = threading.Barrier(4)
 
     def one() -> None:
         barrier.wait(timeout=10)
-        results.append(stream_chat(sim.url, "four", 500).tok_s)
+        results.append(stream_chat(url, "four", 500).tok_s)
 
     threads = [threading.Thread(target=one) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
+    return results
+
+
+def test_server_takes_the_adaptive_config_and_serves_a_batch(spawn, tmp_path: Path) -> None:
+    sim, args = _adaptive_server(spawn, tmp_path)
+    info = json.loads(http_get(sim.url + "/get_server_info")[1])
+    assert info["speculative_adaptive"] is True
+    assert info["speculative_adaptive_config"] == args["speculative-adaptive-config"]
+    assert "AdaptiveSpeculativeParams initialized: steps=3" in sim.log()
+    assert len(_four_at_once(sim.url)) == 4
+    assert expected_throughput("demo", args, {}, concurrency=4).steps == 1
+
+
+@pytest.mark.timing  # wall-clock tok/s: `make test` runs these alone, on a quiet machine
+def test_server_switches_steps_by_batch_and_matches_the_model(spawn, tmp_path: Path) -> None:
+    sim, args = _adaptive_server(spawn, tmp_path)
+    alone = stream_chat(sim.url, "alone", 500).tok_s
+    assert alone == pytest.approx(expected_throughput("demo", args, {}).tok_s, rel=0.02)
+    results = _four_at_once(sim.url)
     at4 = expected_throughput("demo", args, {}, concurrency=4)
     three_at4 = expected_throughput("demo", fixed(3), {}, concurrency=4).tok_s or 0
     assert at4.steps == 1 and len(results) == 4

@@ -65,10 +65,33 @@ def test_preflight_missing_flag_names_parameter(any_host: Host, launcher: list[s
     with pytest.raises(PreflightError) as info:
         preflight(any_host, launcher, flags, free_port(), "127.0.0.1")
     message = str(info.value)
-    assert "this SGLang build has no --enable-symm-mem, --speculative-draft-tp-size" in message
-    assert "parameter 'nccl_symm' needs --enable-symm-mem" in message
-    assert "remove it from the study's space" in message
+    assert "this SGLang build has no --enable-symm-mem (for parameter 'nccl_symm'), " \
+        "--speculative-draft-tp-size;" in message
+    assert message.count("--enable-symm-mem") == 1  # each flag named once
+    assert "did you mean" not in message  # nothing close in this help
+    assert "remove it in the study's space or server.args" in message
     assert any_host.name in message
+
+
+def test_preflight_typo_in_server_args_gets_a_did_you_mean(any_host: Host,
+                                                          launcher: list[str]) -> None:
+    flags = (STUDY_FLAGS - {"tp-size"}) | {"tp-sise"}
+    with pytest.raises(PreflightError) as info:
+        preflight(any_host, launcher, flags, free_port(), "127.0.0.1")
+    message = str(info.value)
+    assert "has no --tp-sise (did you mean --tp-size?);" in message
+    assert message.count("tp-sise") == 1, message
+
+
+def test_did_you_mean_is_a_typo_not_a_lookalike() -> None:
+    from sweeper.remote.preflight import did_you_mean
+
+    flags = help_flags(HELP)
+    assert did_you_mean("tp-siez", flags) == "tp-size"  # neighbours swapped
+    assert did_you_mean("speculative-num-step", flags) == "speculative-num-steps"
+    # another flag with the same long prefix is not what the user meant
+    assert did_you_mean("speculative-draft-tp-size", flags) is None
+    assert did_you_mean("enable-symm-mem", flags) is None
 
 
 def test_preflight_launcher_fails(any_host: Host, tmp_path: Path) -> None:

@@ -23,6 +23,19 @@ __all__ = ["app", "main", "results", "sweeping", "tools"]
 UsageError: type[Exception] = typer.BadParameter.__mro__[1]
 
 
+def _short_helps() -> None:
+    """``sweeper --help`` lists each command with its docstring's first sentence, whole:
+    click would cut it to fit one line and end it with "..."."""
+    for info in app.registered_commands:
+        doc = " ".join((info.callback.__doc__ or "").split()) if info.callback else ""
+        if info.short_help is None and doc:
+            end = doc.find(". ")
+            info.short_help = doc if end < 0 else doc[:end + 1]
+
+
+_short_helps()
+
+
 def main() -> None:
     # retries of a dropped SSH connection and the like: one readable line each
     logging.basicConfig(level=logging.WARNING, format="sweeper: %(message)s")

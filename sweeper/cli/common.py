@@ -4,6 +4,7 @@ from error types to exit codes and one clear line."""
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Callable
 from functools import wraps
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -45,6 +46,14 @@ def _console(stderr: bool = False) -> Console:
     return console
 
 
+def table_console() -> Console:
+    """The console for a command whose output is a table to read (``status``): a pipe
+    gets $COLUMNS, else 80 columns, as a terminal would, not the log width."""
+    if not out.is_terminal and "COLUMNS" not in os.environ:
+        return Console(highlight=False, soft_wrap=True, width=80)
+    return out
+
+
 out = _console()
 err = _console(stderr=True)
 
@@ -52,8 +61,22 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 StudyOpt = Annotated[str, typer.Option("--study", "-s", help="Study name (studies/NAME.yaml) "
                                                             "or path to a study file.")]
-StorageOpt = Annotated[str | None, typer.Option(help="Storage URL (default: the study's, "
-                                                     "sqlite:///studies/NAME.db).")]
+StorageOpt = Annotated[str | None, typer.Option(
+    help="Storage URL (default: the study file's storage:, else sqlite:///DIR/NAME.db with "
+         "DIR the study file's folder: studies/ for a study given by name).")]
+
+
+def export_command(study: str, storage: str | None, spec: StudySpec) -> str:
+    """``sweeper export`` exactly as it reads back what this command used: the study as it
+    was given (a path stays a path), ``--storage`` when it is not the study file's own.
+    A password in the URL is shown as ``***`` (never printed), so such a URL needs it
+    filled in again."""
+    from sweeper.study.base import public_url
+
+    words = ["sweeper", "export", "--study", study]
+    if storage is not None and storage != spec.storage:
+        words += ["--storage", public_url(storage)]
+    return shlex.join([*words, "-o", "best.yaml"])
 
 
 ERROR_CHARS = 1000

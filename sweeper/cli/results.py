@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from sweeper.cli.common import StorageOpt, StudyOpt, app, errors, load, out
+from sweeper.cli.common import StorageOpt, StudyOpt, app, errors, load, out, table_console
 from sweeper.errors import InputError
 
 if TYPE_CHECKING:
@@ -31,7 +31,8 @@ def status(study: StudyOpt, storage: StorageOpt = None,
         raise InputError("--csv and --json: choose one")
     spec = load(study)
     fmt = "csv" if as_csv else "json" if as_json else "table"
-    print_status(out, spec, storage or spec.storage, limit=None if all_trials else 40, fmt=fmt)
+    print_status(table_console(), spec, storage or spec.storage,
+                 limit=None if all_trials else 40, fmt=fmt)
 
 
 @app.command()

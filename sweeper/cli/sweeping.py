@@ -15,14 +15,21 @@ from sweeper.cli.common import (
     app,
     err,
     errors,
+    export_command,
     load,
     one_line,
     out,
     simulated_note,
 )
 from sweeper.errors import InputError
+from sweeper.results import attrs as A
 from sweeper.search.sampler import SAMPLERS
 from sweeper.study.base import public_url
+
+PortOpt = Annotated[int | None, typer.Option(
+    min=1, max=65535, help="The server's port on the host (default: the study's "
+                           "server.port; a study on the simulator on this machine that sets "
+                           "none gets a port of its own).")]
 
 if TYPE_CHECKING:
     from sweeper.run.progress import ConsoleReporter
@@ -41,10 +48,11 @@ def _allow_delete(yes: bool, study: str, storage: str) -> Callable[[int], bool]:
     def ask(n: int) -> bool:
         if yes:
             return True
+        trials = f"{n} trial{'' if n == 1 else 's'}"
         if not sys.stdin.isatty():
-            raise InputError(f"--fresh would delete the {n} trials of study {study!r} in "
+            raise InputError(f"--fresh would delete the {trials} of study {study!r} in "
                              f"{storage}; add --yes to confirm (no terminal to ask)")
-        return typer.confirm(f"--fresh deletes the {n} trials of study {study!r} in "
+        return typer.confirm(f"--fresh deletes the {trials} of study {study!r} in "
                              f"{storage}. Delete them?", default=False)
     return ask
 
@@ -73,6 +81,7 @@ def optimize(
                                                         "storage first (demo use).")] = False,
     yes: Annotated[bool, typer.Option("--yes", help="With --fresh: delete without "
                                                     "asking.")] = False,
+    port: PortOpt = None,
 ) -> None:
     """Run the sweep: restart SGLang with each proposed configuration and benchmark it."""
     spec = load(study)  # first: bad input is refused before the heavy imports
@@ -93,10 +102,13 @@ def optimize(
     from sweeper.results.status import print_summary
     from sweeper.run.common import SweepOptions
     from sweeper.run.confirm import after_sweep
+    from sweeper.run.ports import choose_port
     from sweeper.run.progress import ConsoleReporter
     from sweeper.run.workers import HostPool
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # we report trials ourselves
+    choice = choose_port(spec, storage or spec.storage, port)
+    spec = choice.spec
     opts = SweepOptions(trials=trials, timeout=timeout, storage=storage,
                         sampler=sampler, seed=seed,
                         keep_best=keep_best)
@@ -105,11 +117,14 @@ def optimize(
     pool.open(fresh=fresh,
               allow_delete=_allow_delete(yes, spec.name, public_url(pool.storage_url)))
     sweep = pool.primary.session  # the confirm phase runs on the first host
+    export = export_command(study, storage, spec)  # exactly this sweep, read back
+    pool.study.set_user_attr(A.EXPORT, export)  # the dashboard note's hint
     if pool.summary.simulated:
         out.print(simulated_note())
     where = "server on" if len(pool.live) == 1 else f"{len(pool.live)} servers on"
+    port_note = f", {choice.note}" if choice.note else ""
     out.print(f"Study {spec.name!r} in {public_url(pool.storage_url)}, {where} "
-              f"{pool.describe_hosts()}. Ctrl-C stops cleanly. {resume_hint()}",
+              f"{pool.describe_hosts()}{port_note}. Ctrl-C stops cleanly. {resume_hint()}",
               markup=False, soft_wrap=True)
     try:
         summary = pool.run()
@@ -120,7 +135,8 @@ def optimize(
         raise typer.Exit(130) from None
     except SweepAborted as exc:
         reporter.close()
-        print_summary(out, pool.summary, Headline.of(pool.study, spec.benchmark.aggregate))
+        print_summary(out, pool.summary, Headline.of(pool.study, spec.benchmark.aggregate),
+                      export)
         err.print(f"error: sweep stopped: {one_line(str(exc))}", markup=False, soft_wrap=True)
         raise typer.Exit(1) from None
     start = after_sweep(sweep.study, spec, sampler, confirm, no_confirm,
@@ -134,7 +150,7 @@ def optimize(
         _confirm(sweep, start.plan.top, start.plan.runs, reporter, start.plan.rounds)
     pool.done()
     reporter.close()
-    print_summary(out, summary, Headline.of(sweep.study, spec.benchmark.aggregate))
+    print_summary(out, summary, Headline.of(sweep.study, spec.benchmark.aggregate), export)
     if len(spec.hosts) > 1:  # each host's state, and each group's winner when several
         print_hosts(out, pool.study, spec.benchmark.aggregate,
                     pool.study.get_trials(deepcopy=False))
@@ -145,8 +161,8 @@ def _confirm(sweep: HostSession, top: int, runs: int, reporter: ConsoleReporter,
     from sweeper.run.confirm import print_confirm, run_confirm
 
     reporter.close()  # the sweep's bar is done; the confirm phase gets its own
-    out.print(f"Confirm phase: the top {top} configurations and the baseline, {runs} runs "
-              "each, interleaved.")
+    which = "the leader" if top == 1 else f"the top {top} configurations"
+    out.print(f"Confirm phase: {which} and the baseline, {runs} runs each, interleaved.")
     try:
         outcome = run_confirm(sweep, top, runs, rounds)
     except KeyboardInterrupt:
@@ -164,18 +180,20 @@ def _confirm(sweep: HostSession, top: int, runs: int, reporter: ConsoleReporter,
 def confirm(study: StudyOpt, storage: StorageOpt = None,
             top: Annotated[int, typer.Option(min=1, help="How many top configurations.")] = 3,
             runs: Annotated[int | None, typer.Option(min=1, help="Runs per configuration "
-                                                           "(default: the study's)")] = None
-            ) -> None:
+                                                           "(default: the study's)")] = None,
+            port: PortOpt = None) -> None:
     """Re-measure the top configurations and the baseline, interleaved, and pick the
     winner on those fresh runs (what `export` then writes)."""
     from sweeper.measure.prompts import study_prompts
     from sweeper.run.common import SweepOptions
     from sweeper.run.hostview import host_view
+    from sweeper.run.ports import choose_port
     from sweeper.run.progress import ConsoleReporter
     from sweeper.run.session import HostSession
 
     spec = load(study)
     study_prompts(spec.path, spec.benchmark.prompts, spec.benchmark.input_tokens)
+    spec = choose_port(spec, storage or spec.storage, port).spec
     reporter = ConsoleReporter(out)
     sweep = HostSession(host_view(spec, 0), SweepOptions(trials=0, storage=storage), reporter)
     sweep.open(require_existing=True)

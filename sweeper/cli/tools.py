@@ -3,22 +3,32 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+import sys
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
 from sweeper.cli.common import StudyOpt, app, err, errors, load, out
 
+if TYPE_CHECKING:
+    from sweeper.study import StudySpec
+
 
 @app.command()
 @errors
 def validate(study: StudyOpt) -> None:
-    """Check a study file and show what it will search. Starts nothing."""
+    """Check a study file and show what it will search. Starts nothing (a study on this
+    machine: its flags are checked against the launcher's --help)."""
     from sweeper.measure.prompts import coverage_note, study_prompts
     from sweeper.search.space import SearchSpace
 
     spec = load(study)
     space = SearchSpace(spec)
+    flags = sorted(space.emitted_flags())
+    if _checks_here(spec):
+        _check_flags_here(spec, flags)
+    b = spec.benchmark
+    prompts = study_prompts(spec.path, b.prompts, b.input_tokens)  # refused before "ok"
     out.print(f"{spec.path}: ok — study {spec.name!r}, storage {spec.storage}")
     for h in spec.hosts:
         note = " (placeholder: set it before `optimize`)" if h.is_placeholder else ""
@@ -28,9 +38,12 @@ def validate(study: StudyOpt) -> None:
     out.print(f"  concurrency: {', '.join(map(str, spec.objective.levels))} (each trial "
               f"measures every level on one server start); objective: "
               f"{spec.objective.describe()}", markup=False)
-    out.print(f"  flags SGLang must accept: {', '.join(sorted(space.emitted_flags()))}")
-    b = spec.benchmark
-    prompts = study_prompts(spec.path, b.prompts, b.input_tokens)
+    out.print(f"  flags SGLang must accept: {', '.join(flags)}")
+    if _checks_here(spec):
+        out.print("  every flag is in this machine's launcher --help")
+    else:
+        out.print("  (checked against the node's `launcher --help` when optimize starts, "
+                  "before any server)")
     cats = sorted({c for c in prompts.categories if c is not None})
     out.print(f"  prompts: {prompts.source}, {len(prompts)} ("
               f"{f'{len(cats)} categories' if cats else 'no categories'}; one fixed order "
@@ -76,14 +89,41 @@ def _plan_text(spec: Any, space: Any, trials: int = 40) -> str:
                    f"(sweep.stop_when_sure {sw.stop_when_sure:g} may end it sooner)")
 
 
+def _checks_here(spec: StudySpec) -> bool:
+    """This machine runs the launcher itself (no SSH, no container image, no Slurm node):
+    asking its ``--help`` costs no connection and starts nothing."""
+    h = spec.hosts[0]
+    return h.is_local and h.container is None and h.slurm is None
+
+
+def _check_flags_here(spec: StudySpec, flags: list[str]) -> None:
+    """A flag the local launcher's ``--help`` lacks (a typo in server.args) is refused
+    now, with a did-you-mean (remote/preflight.py), not at the first restart."""
+    from sweeper.errors import InputError, PreflightError
+    from sweeper.launch import LaunchConfig
+    from sweeper.remote.local import LocalHost
+    from sweeper.remote.preflight import require_flags
+
+    python = spec.hosts[0].python or sys.executable
+    try:
+        require_flags(LocalHost(), LaunchConfig(spec.server.launcher).launcher_argv(python),
+                      flags)
+    except PreflightError as exc:
+        raise InputError(f"{spec.path}: {exc}") from None
+
+
 @app.command()
 @errors
 def bench(
     url: Annotated[str, typer.Option(help="Base URL of a running SGLang server.")],
-    max_tokens: Annotated[int, typer.Option(min=1)] = 500,
-    runs: Annotated[int, typer.Option(min=1)] = 5,
-    warmup: Annotated[int, typer.Option(min=0)] = 1,
-    concurrency: Annotated[int, typer.Option(min=1)] = 1,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Tokens to generate per "
+                                                     "request.")] = 500,
+    runs: Annotated[int, typer.Option(min=1, help="Measured runs (the table gives their "
+                                                 "mean and 95% interval).")] = 5,
+    warmup: Annotated[int, typer.Option(min=0, help="Unmeasured runs first (CUDA graphs, "
+                                                   "caches).")] = 1,
+    concurrency: Annotated[int, typer.Option(min=1, help="Requests in flight at "
+                                                        "once.")] = 1,
     api: Annotated[Literal["chat", "generate"], typer.Option(
         help="The API to stream from.")] = "chat",
     prompts: Annotated[str, typer.Option(help="builtin, synthetic, or a JSONL file (sweeper's "

@@ -121,13 +121,42 @@ def _require(host: Host, command: str, flags: Collection[str] | Mapping[str, str
         parts = []
         for flag in missing:
             param = wanted.get(flag, wanted.get(f"--{flag}", flag))
-            who = f"parameter {param!r} needs --{flag}" if param != flag else f"--{flag}"
-            parts.append(who)
+            text = f"--{flag}"
+            if param.removeprefix("--") != flag:  # a space parameter: say which one
+                text += f" (for parameter {param!r})"
+            hint = did_you_mean(flag, available)
+            parts.append(f"{text} (did you mean --{hint}?)" if hint else text)
         raise PreflightError(
-            f"host {host.name}: this SGLang build has no {', '.join('--' + f for f in missing)} "
-            f"({'; '.join(parts)}); remove it from the study's space or args, or use a build "
-            f"that has it (checked with `{command}`)"
+            f"host {host.name}: this SGLang build has no {', '.join(parts)}; fix or remove it "
+            f"in the study's space or server.args, or use a build that has it (checked with "
+            f"`{command}`)"
         )
+
+
+def did_you_mean(flag: str, available: Collection[str]) -> str | None:
+    """The flag the launcher's ``--help`` lists that ``flag`` is a typo of (``tp-sise`` ->
+    ``tp-size``): one edit away (two for a flag of 8 characters or more; a swap of two
+    neighbours is one). Similar-looking SGLang flags share long prefixes
+    (``speculative-...``), so closeness by ratio would suggest a different flag; None
+    when nothing is that close."""
+    limit = 2 if len(flag) >= 8 else 1
+    best = min(((_edits(flag, f), f) for f in available), default=None)
+    return best[1] if best is not None and best[0] <= limit else None
+
+
+def _edits(a: str, b: str) -> int:
+    """Optimal string alignment distance: insertions, deletions, substitutions and swaps
+    of neighbours, each 1 (difflib has no edit distance; this is 10 lines)."""
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                cur[j] = min(cur[j], prev2[j - 2] + 1)
+        prev2, prev = prev, cur
+    return prev[-1]
 
 
 def _gpu_count(host: Host) -> int | None:

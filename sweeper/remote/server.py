@@ -2,8 +2,9 @@
 
 Waiting fails fast: every poll checks whether the process ended (exit-code file or
 an empty process group) and, if so, classifies the failure from the log tail at once
-instead of waiting out the start-up deadline. A hang watchdog fails a server whose log
-stops growing while /health never answers 200.
+instead of waiting out the start-up deadline. A /health 200 counts only when no other
+process is seen listening on the port in the server's place (remote/owner.py). A hang
+watchdog fails a server whose log stops growing while /health never answers 200.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from sweeper.launch import LaunchConfig
 from sweeper.measure.logs import INFRASTRUCTURE_KINDS, Classified, classify_failure_line
 from sweeper.remote.container import NOT_STARTED_NOTE, OOM_NOTE
 from sweeper.remote.host import Host
+from sweeper.remote.owner import stranger_on_port
 from sweeper.remote.workdir import MARKER, check_run_dir, next_start
 
 POLL_SECONDS = 0.2
@@ -161,6 +163,7 @@ class ServerManager:
         start = time.monotonic()
         last_size = -1
         last_progress = start
+        stranger: str | None = None  # another process answered /health on our port
         with httpx.Client(timeout=httpx.Timeout(2.0)) as client:
             while True:
                 now = time.monotonic()
@@ -168,12 +171,21 @@ class ServerManager:
                     raise self.failure_from_exit(handle, "during start-up")
                 try:
                     if client.get(f"{base_url}/health").status_code == 200:
-                        return time.time() - handle.started_at
+                        # ours, or a stranger that took the port (remote/owner.py)?
+                        stranger = stranger_on_port(self.host, self.python, handle.port,
+                                                    handle.pgid)
+                        if stranger is None:
+                            return time.time() - handle.started_at
                 except httpx.HTTPError:
                     pass  # not listening yet: that is what start-up looks like
                 size = self.host.file_size(handle.log_path) or 0
                 if size != last_size:
                     last_size, last_progress = size, now
+                if stranger and (now - last_progress > hang_timeout
+                                 or now - start > startup_timeout):
+                    raise PortBusy(f"{self.host.name}: port {handle.port} answers /health from "
+                                   f"another process (pid {stranger}), not from the server "
+                                   f"sweeper started (pgid {handle.pgid})")
                 if now - last_progress > hang_timeout:
                     raise ConfigurationFailure(
                         "hang", f"server hung: no log output and no health for "

@@ -84,6 +84,9 @@ OBJECTIVE = "sweeper:objective"  # levels + objective (Objective.signature): a c
 SIMULATED = "sweeper:simulated"  # the study runs on the simulated server
 CONFIRMED = "sweeper:confirmed"  # the confirm phase's verdict
 KEPT_SERVER = "sweeper:kept_server"  # the server --keep-best left running
+# The export command that reads this sweep back (the study as given, the storage when not
+# the study file's): the dashboard note's "Export it" hint, set by `optimize`
+EXPORT = "sweeper:export"
 # The budget of a sweep in progress: {"start", "target", "trials", "machine", "pid"}.
 # A sweep killed (or Ctrl-C'd) leaves it behind, and the same command resumes towards
 # the same target instead of starting N trials afresh.

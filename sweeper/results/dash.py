@@ -1,5 +1,6 @@
 """optuna-dashboard on the study's storage, bound to loopback by default. It only reads:
-the study page's note naming the winner is written by the sweep (results/headline.py)."""
+the study page's note naming the winner is written by the sweep (results/headline.py).
+It reads through results/knobview.py: the user's knobs as parameters, the winner first."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from sweeper.results.knobview import KnobView
 from sweeper.results.storage import artifact_store, load_existing, open_storage
 
 if TYPE_CHECKING:
@@ -29,5 +31,6 @@ def serve(spec: StudySpec, storage_url: str, host: str, port: int, console: Cons
                       "and no authentication; prefer an SSH tunnel to 127.0.0.1[/]")
     console.print(f"optuna-dashboard for {spec.name!r}: {study_url(host, port, study_id)} "
                   "(Ctrl-C stops it)")
-    run_server(storage, host=host, port=port,
+    # the user's knobs as parameters, the winner as the best trial (results/knobview.py)
+    run_server(KnobView(storage, spec.benchmark.aggregate), host=host, port=port,
                artifact_store=artifact_store(storage_url, spec.name))

@@ -8,6 +8,7 @@ colour-blind safe palette; fonts are sized for a laptop screen and for print.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 
 import matplotlib
@@ -175,10 +176,15 @@ def failure_map(df: pd.DataFrame, knobs: Sequence[str]) -> Figure | None:
 
 
 def _natural(value: object) -> tuple[int, float, str]:
-    """Numbers in numeric order, then text: 2, 12, 16, not "12", "16", "2"."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
+    """Numbers in numeric order, then text: 2, 12, 16, not "12", "16", "2". A pandas
+    column hands out numpy scalars (``numpy.int64`` is no ``int``) and a column read
+    back from text holds digits: both count as numbers."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
         return (0, float(value), "")
-    return (1, 0.0, str(value))
+    try:
+        return (0, float(str(value)), "")
+    except ValueError:
+        return (1, 0.0, str(value))
 
 
 def importance(scores: dict[str, float]) -> Figure | None:
@@ -195,19 +201,34 @@ def importance(scores: dict[str, float]) -> Figure | None:
 
 
 def leaders(rows: list[tuple[str, float, float, float]]) -> Figure | None:
-    """Speedup over the baseline with its 95% interval: (label, ratio, low, high)."""
+    """Speedup over the baseline with its 95% interval: (label, ratio, low, high), best
+    first. Points with intervals on an axis fitted to them, not bars from 0%: the 1-2%
+    between the leaders is what decides the pick, and bars from 0 would hide it."""
     if not rows:
         return None
     fig, ax = plt.subplots(figsize=(8, 0.5 * len(rows) + 1.5))
     labels = [r[0] for r in rows][::-1]
     pct = [(r[1] - 1) * 100 for r in rows][::-1]
-    err_lo = [max((r[1] - r[2]) * 100, 0) if not math.isnan(r[2]) else 0 for r in rows][::-1]
-    err_hi = [max((r[3] - r[1]) * 100, 0) if not math.isnan(r[3]) else 0 for r in rows][::-1]
-    ax.barh(labels, pct, xerr=[err_lo, err_hi], color=PALETTE[2], capsize=3)
-    ax.axvline(0, color="#555555", lw=1)
-    ax.set_xlabel("speedup over the baseline, % (95% interval)")
+    lows = [(r[2] - 1) * 100 if not math.isnan(r[2]) else (r[1] - 1) * 100 for r in rows][::-1]
+    highs = [(r[3] - 1) * 100 if not math.isnan(r[3]) else (r[1] - 1) * 100
+             for r in rows][::-1]
+    err_lo = [max(p - lo, 0) for p, lo in zip(pct, lows, strict=True)]
+    err_hi = [max(hi - p, 0) for p, hi in zip(pct, highs, strict=True)]
+    ax.errorbar(pct, labels, xerr=[err_lo, err_hi], fmt="o", ms=7, color=PALETTE[2],
+                ecolor=PALETTE[2], capsize=4, lw=1.5)
+    ax.axvline(pct[-1], color=PALETTE[1], lw=1, ls=":", label="the first's speedup")
+    lo, hi = min(lows), max(highs)
+    pad = max((hi - lo) * 0.08, 0.2)
+    ax.set_xlim(lo - pad, hi + pad)
+    if lo - pad <= 0 <= hi + pad:  # the baseline's level, when it is in view
+        ax.axvline(0, color="#555555", lw=1)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:+.0f}%" if hi - lo > 5
+                                               else f"{v:+.1f}%"))
+    ax.set_xlabel("speedup over the baseline (95% interval); the axis starts at the "
+                  "lowest interval, not at 0%")
     ax.set_title("The leaders against no speculation")
     ax.tick_params(axis="y", labelsize=8)
+    ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     return fig
 

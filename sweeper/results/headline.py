@@ -17,6 +17,8 @@ from optuna.trial import FrozenTrial, TrialState
 import sweeper.results.verdict as R
 from sweeper.measure.stats import Ratio, speedup
 from sweeper.results import attrs as A
+from sweeper.results.simplest import Simplest, simplest_tied
+from sweeper.results.simplest import describe as describe_simplest
 from sweeper.study.objective import Objective
 
 SIM_NOTE = ("Figures come from the built-in SIMULATED SGLang server (a test double), "
@@ -41,23 +43,50 @@ class Headline:
     front: list[R.ConfigResult] = field(default_factory=list)
     sure: float | None = None
     start_note: str | None = None  # the between-start spread measured (Verdict.start_text)
+    # the winner with every run of it pooled (sweep, racing and confirm runs): what the
+    # live output showed, and what "How sure" is computed on; after a confirm phase the
+    # figure above is its fresh runs only, so the two can differ
+    pooled: R.ConfigResult | None = None
+    # the simplest configuration tied with the winner, when simpler (results/simplest.py)
+    simplest: Simplest | None = None
 
     @classmethod
     def of(cls, study: optuna.Study, objective: str = "mean",
            trials: list[FrozenTrial] | None = None) -> Headline:
+        trials = trials if trials is not None else study.get_trials(deepcopy=False)
         v = R.verdict(study, objective, trials)
+        pooled = None
+        if v.best is not None:
+            pooled = next((r for r in R.config_results(trials)
+                           if r.config_id == v.best.config_id), None)
         return cls(v.best, v.baseline, v.confirmed, goal=v.goal, per_level=v.per_level,
-                   front=v.front, sure=v.sure, start_note=v.start_text())
+                   front=v.front, sure=v.sure, start_note=v.start_text(), pooled=pooled,
+                   simplest=_simplest(study, trials, v))
 
     def how_sure(self) -> str | None:
-        """``How sure: 87% that it is within 1% of every other configuration measured``"""
+        """``How sure: 87% that no other configuration measured is truly more than 1%
+        faster (on every run of each, ...)``: the chance the pick is right to within 1%,
+        not a claim that the configurations are tied."""
         if self.sure is None or self.best is None:
             return None
-        # every configuration measured, sweep and confirm runs pooled (verdict._sure),
-        # whether or not a confirm phase ran
-        return (f"How sure: {self.sure:.0%} that it is within {R.SURE_TOL:.0%} of every "
-                f"other configuration measured (start by start: the spread between server "
-                f"starts included)")
+        # verdict._sure: every configuration measured, all its runs pooled, whether or
+        # not a confirm phase ran
+        on = "every run of each pooled, sweep and confirm phase" if self.confirmed else \
+            "every run of each pooled"
+        return (f"How sure: {self.sure:.0%} that no other configuration measured is truly "
+                f"more than {R.SURE_TOL:.0%} faster ({on}, start by start: the spread "
+                "between server starts included)")
+
+    def pooled_note(self) -> str | None:
+        """After a confirm phase: the winner's figure on all its runs, which the live
+        output showed, so the change to the fresh runs' figure is said, not silent."""
+        if not self.confirmed or self.pooled is None or self.best is None:
+            return None
+        p = self.pooled.stats
+        if p.n == self.best.stats.n:
+            return None
+        return (f"(on the confirm phase's fresh runs only; all {p.n} runs of it, sweep "
+                f"included, give {R.fmt_tok_s(p)} {self.unit}, the figure shown live)")
 
     @property
     def unit(self) -> str:
@@ -138,11 +167,13 @@ class Headline:
             out.append(f"Speedup over baseline ({self.baseline.stats.mean:.1f} tok/s): "
                        f"{R.fmt_ratio(self.speedup)}")
         if self.confirmed:
-            out.append("(the winner of the confirm phase, on its interleaved fresh starts "
-                       "and the trials listed)")
+            out.append(self.pooled_note()
+                       or "(the winner of the confirm phase, on its fresh interleaved runs)")
         sure = self.how_sure()
         if sure:
             out.append(sure)
+        if self.simplest is not None:
+            out.append(describe_simplest(self.simplest))
         if self.start_note:
             out.append(self.start_note[0].upper() + self.start_note[1:] + ".")
         if len(self.goal.levels) > 1:
@@ -159,7 +190,8 @@ class Headline:
         if self.goal.multi:
             if not self.front:
                 return "no configuration has completed yet"
-            return f"Pareto front of {len(self.front)} configurations{levels}"
+            n = len(self.front)
+            return f"Pareto front of {n} configuration{'' if n == 1 else 's'}{levels}"
         if self.best is None:
             return "no configuration has completed yet"
         vs = f"; {R.fmt_ratio(self.speedup)} vs baseline" if self.speedup else ""
@@ -182,12 +214,15 @@ class Headline:
         may name another trial."""
         name = study.study_name
         if self.goal.multi and self.front:
-            parts = [f"## Pareto front: {len(self.front)} configurations", "",
+            n = len(self.front)
+            parts = [f"## Pareto front: {n} configuration{'' if n == 1 else 's'}", "",
                      "The dashboard's Pareto-front plot shows them against every trial.", "",
                      *[f"- {line.strip()}" for line in self.front_lines()[1:]], "",
                      "### Winner per level", "", *[f"- {x}" for x in self.level_lines()], "",
-                     f"Export one level's winner: `sweeper export --study {name} --at LEVEL "
-                     "-o best.yaml`"]
+                     "Export one level's winner: `" + str(
+                         study.user_attrs.get(A.EXPORT)
+                         or f"sweeper export --study {name} -o best.yaml").replace(
+                         " -o best.yaml", " --at LEVEL -o best.yaml") + "`"]
             if simulated:
                 parts += ["", f"*{SIM_NOTE}*"]
             return "\n".join(parts)
@@ -199,25 +234,49 @@ class Headline:
                                            "no speculation)"
                                            if self.speedup and self.baseline else "")]
         if self.confirmed:
-            parts += ["", "Decided by the confirm phase on fresh, interleaved runs."]
+            parts += ["", "Decided by the confirm phase on fresh, interleaved runs."
+                      + (f" {self.pooled_note()}" if self.pooled_note() else "")]
         if self.how_sure():
             parts += ["", str(self.how_sure())]
+        if self.simplest is not None:
+            parts += ["", describe_simplest(self.simplest)]
         if len(self.goal.levels) > 1:
             parts += ["", f"Tuned for {self.goal.describe()}.", "", "### Winner per level", "",
                       *[f"- {x}" for x in self.level_lines()]]
-        parts += ["", f"Export it: `sweeper export --study {name} -o best.yaml`"]
+        # the command optimize was given (study path, storage), else the study's name
+        export = str(study.user_attrs.get(A.EXPORT)
+                     or f"sweeper export --study {name} -o best.yaml")
+        parts += ["", f"Export it: `{export}`"]
         if len(self.goal.levels) > 1:
-            parts += ["", f"One level's winner: `sweeper export --study {name} --at LEVEL "
-                          "-o best.yaml`"]
+            at_level = export.replace(" -o best.yaml", " --at LEVEL -o best.yaml")
+            parts += ["", f"One level's winner: `{at_level}`"]
         single = _best_single(study)
         if single is not None and single.number not in self.best.trials:
-            parts += ["", f"The *Best Trial* card shows the single highest measurement "
-                          f"(trial {single.number}, {single.value:.1f} {self.unit}). The winner "
-                          "above pools every measurement of its configuration (and, after "
-                          "a confirm phase, its fresh runs), so one lucky run cannot win."]
+            parts += ["", f"The single highest measurement is trial {single.number} "
+                          f"({single.value:.1f} {self.unit}; Optuna's own *Best Trial*). The "
+                          "winner above pools every measurement of its configuration (and, "
+                          "after a confirm phase, its fresh runs), so one lucky run cannot "
+                          "win; `sweeper dashboard` shows the winner's best trial in the "
+                          "*Best Trial* card."]
         if simulated:
             parts += ["", f"*{SIM_NOTE}*"]
         return "\n".join(parts)
+
+
+def _simplest(study: optuna.Study, trials: list[FrozenTrial],
+              v: R.Verdict) -> Simplest | None:
+    """The simplest configuration tied with the winner, on every run of each (the runs
+    "How sure" is computed on: a confirm phase with racing measures only the winner and
+    the baseline); one winner per study only."""
+    if v.best is None or v.goal.multi or len(v.goal.levels) > 1:
+        return None
+    start = next((t for t in trials if t.user_attrs.get(A.ROLE) == A.START_FROM
+                  and t.user_attrs.get(A.EFFECTIVE)), None)
+    defaults = dict(start.user_attrs[A.EFFECTIVE]) if start is not None else {}
+    lossy = set((study.user_attrs.get(A.CONFIRMED) or {}).get("lossless_mismatches") or {})
+    pool = [r for r in R.config_results(trials) if r.config_id not in lossy]
+    best = next((r for r in pool if r.config_id == v.best.config_id), v.best)
+    return simplest_tied(best, pool, defaults)
 
 
 def _best_single(study: optuna.Study) -> FrozenTrial | None:

@@ -31,17 +31,23 @@ def short_params(effective: dict[str, Any]) -> str:
                     for k in sorted(effective, key=_order))
 
 
-def compact_params(effective: dict[str, Any]) -> str:
+def compact_params(effective: dict[str, Any], same: frozenset[str] = frozenset()) -> str:
     """``s3 k2 d7 tp4 ALGO=Tree PROTO=LL``: short names, NCCL_ prefixes and unset values
-    left out (unset is NCCL's own default)."""
+    left out (unset is NCCL's own default); ``same``: knobs every row shown shares, left
+    out too (a line above the table names them once)."""
     if not effective:
-        return "baseline"
+        return "baseline (no spec.)"
+    return " ".join(compact_parts({k: v for k, v in effective.items() if k not in same}))
+
+
+def compact_parts(effective: dict[str, Any]) -> list[str]:
+    """The compact label's words, one per knob set."""
     parts = [f"{KNOBS[k][1]}{effective[k]}" for k in KNOBS if k in effective]
     for key, value in effective.items():
         if key in KNOBS or value == "unset":
             continue
         parts.append(f"{key.removeprefix('env.').removeprefix('NCCL_')}={value}")
-    return " ".join(parts)
+    return parts
 
 
 def changes(a: dict[str, Any], b: dict[str, Any]) -> str:

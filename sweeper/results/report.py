@@ -3,7 +3,8 @@ from disk with no server), the figures as PNGs, and ``trials.csv``.
 
 Everything comes from the storage: the trials table (results/table.py), the verdict
 (results/headline.py, the same words as ``status``), and the figures (results/figures.py).
-A study with nothing to draw for a figure gets a sentence saying what is missing.
+A figure the study has nothing for is listed, with why, in one "Not drawn" section; one
+that does not apply (the traffic trade-off of a one-level study) is left out.
 """
 
 from __future__ import annotations
@@ -70,8 +71,8 @@ def write_report(spec: StudySpec, storage_url: str, output: Path | None) -> Writ
                                     _best_so_far(trials, spec.benchmark.aggregate)),
                     "no trial has been measured or has failed yet"),
         "traffic": (_traffic(results, headline),
-                    "the study measures one concurrency level (benchmark.concurrency: "
-                    "[1, 16] measures two)" if len(headline.goal.levels) < 2 else
+                    # one level: nothing to trade off, no section at all
+                    "" if len(headline.goal.levels) < 2 else
                     "no configuration was measured at every level"),
         "landscape": (figures.landscape(df), "no speculative configuration was measured"),
         "acceptance": (figures.acceptance(df), "no accept length was measured"),
@@ -84,7 +85,8 @@ def write_report(spec: StudySpec, storage_url: str, output: Path | None) -> Writ
     images: dict[str, str] = {}
     for name, (fig, why) in drawn.items():
         if fig is None:
-            written.missing[name] = why
+            if why:
+                written.missing[name] = why
             continue
         png = out_dir / f"{name}.png"
         images[name] = _save(fig, png)
@@ -214,6 +216,51 @@ def _importance(trials: list[FrozenTrial], spec: StudySpec, knobs: list[str]) ->
     return {k: float(v) for k, v in scores.items() if not math.isnan(v)}
 
 
+def _trials_shown(df: pd.DataFrame, knobs: list[str]) -> pd.DataFrame:
+    """The trials table as the page shows it: the figures first (they are what a reader
+    compares; on a narrow screen the knobs scroll, not tok/s), knobs by their short
+    names, the baseline's knob cells empty and its role saying why."""
+    knobs = [k for k in knobs if k in df]
+    shown = df[["number", "state", "role", "tok_s_mean", "tok_s_ci_low", "tok_s_ci_high",
+                "accept_length", "runs", *knobs, "failure", "startup_s"]].copy()
+    for col in knobs:  # a nullable integer column renders its gaps as <NA>: text instead
+        shown[col] = [("" if pd.isna(v) else str(v)) for v in shown[col]]
+    shown["role"] = shown["role"].replace({A.BASELINE: "baseline (no speculation)"})
+    shown["failure"] = shown["failure"].fillna("")
+    return shown.rename(columns={
+        "number": "#", "tok_s_mean": "tok/s", "tok_s_ci_low": "CI low",
+        "tok_s_ci_high": "CI high", "accept_length": "accept", "startup_s": "start s",
+        **{k: k.removeprefix("speculative-").removeprefix("env.") for k in knobs}})
+
+
+def _confirm_rows(confirmed: dict[str, Any] | None,
+                  trials: list[FrozenTrial]) -> list[dict[str, Any]]:
+    """A row per configuration the last confirm phase measured (its contenders and the
+    baseline), from its own trials: the stored verdict names them by configuration and
+    trial numbers (run/confirm.py); the runs are read from those trials."""
+    if not confirmed:
+        return []
+    numbers = {n for ns in (confirmed.get("trials") or {}).values() for n in ns}
+    fresh = R.config_results([t for t in trials if t.user_attrs.get(A.CONFIRM)
+                              and t.number in numbers])
+    base = R.baseline_result(fresh)
+    lossy = confirmed.get("lossless_mismatches") or {}
+    rows = []
+    for r in sorted(fresh, key=lambda r: r.stats.mean, reverse=True):
+        st = r.stats
+        mark = " (winner)" if r.config_id == confirmed.get("winner") else ""
+        rows.append({
+            "configuration": R.short_params(r.effective) + mark, "runs": st.n,
+            "mean tok/s": st.mean, "95% CI": "-" if st.n < 2 or math.isnan(st.ci_low) else
+            f"{st.ci_low:.1f}–{st.ci_high:.1f}",
+            "vs baseline": "base" if r.is_baseline else R.fmt_ratio(R.speedup_over(r, base)),
+            "lossless": "-" if r.is_baseline else (
+                "same outputs" if not lossy.get(r.config_id) else
+                f"differs on prompts {lossy[r.config_id]}: cannot win"),
+            "trials": ", ".join(map(str, r.trials))})
+    return rows
+
+
 def _table(df: pd.DataFrame) -> str:
     return '<div class="scroll">' + df.to_html(
         index=False, na_rep="", border=0, classes="data",
@@ -245,28 +292,20 @@ def _page(spec: StudySpec, study: optuna.Study, headline: Headline, df: pd.DataF
               "acceptance": "Accept length", "failures": "Failures",
               "importance": "Which knobs matter", "leaders": "Leaders against the baseline"}
     for name in FIGURES:
-        parts.append(f"<h2>{titles[name]}</h2>")
         if name in images:
-            parts.append(f'<img id="fig-{name}" alt="{titles[name]}" '
+            parts.append(f"<h2>{titles[name]}</h2>"
+                         f'<img id="fig-{name}" alt="{titles[name]}" '
                          f'src="data:image/png;base64,{images[name]}">')
-        else:
-            parts.append(f'<p class="missing" id="missing-{name}">Not drawn: '
-                         f"{esc(missing.get(name, ''))}.</p>")
-    confirmed = study.user_attrs.get(A.CONFIRMED)
-    if confirmed:
-        rows = [{"configuration": R.short_params(r.get("effective") or {}),
-                 "runs": len(r.get("runs", [])), "mean tok/s": r.get("mean"),
-                 "speedup": (r.get("speedup") or {}).get("ratio"),
-                 "lossless": "-" if r.get("baseline") else (
-                     "same outputs" if not r.get("lossless_mismatches") else
-                     f"differs on prompts {r['lossless_mismatches']}")}
-                for r in confirmed.get("results", [])]
+    if missing:  # one short section, each figure that could not be drawn and why
+        parts.append("<h2>Not drawn</h2><ul>" + "".join(
+            f'<li class="missing" id="missing-{name}">Not drawn: {titles[name]}: '
+            f"{esc(why)}.</li>" for name, why in missing.items()) + "</ul>")
+    confirm_rows = _confirm_rows(study.user_attrs.get(A.CONFIRMED),
+                                 study.get_trials(deepcopy=False))
+    if confirm_rows:
         parts.append("<h2>Confirm phase (fresh, interleaved runs)</h2>"
-                     + _table(pd.DataFrame(rows)))
-    shown = df[["number", "state", "role", *[c for c in spec.space if c in df],
-                "failure", "runs", "tok_s_mean", "tok_s_ci_low", "tok_s_ci_high",
-                "accept_length", "startup_s"]]
-    parts.append("<h2>Trials</h2>" + _table(shown))
+                     + _table(pd.DataFrame(confirm_rows)))
+    parts.append("<h2>Trials</h2>" + _table(_trials_shown(df, list(spec.space))))
     body = "\n".join(parts)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>sweeper report: {esc(spec.name)}</title>

@@ -8,11 +8,12 @@ lines come from results/headline.py, like every other place that names it.
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from optuna.trial import FrozenTrial, TrialState
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 import sweeper.results.verdict as R
@@ -21,7 +22,7 @@ from sweeper.results import attrs as A
 from sweeper.results.headline import SIM_NOTE, Headline
 from sweeper.results.hosts import print_hosts
 from sweeper.results.kind import TrialKind, kind_of
-from sweeper.results.labels import compact_params
+from sweeper.results.labels import compact_params, compact_parts
 from sweeper.results.storage import load_existing
 from sweeper.results.table import trials_frame
 from sweeper.study.base import public_url
@@ -36,14 +37,22 @@ _STATE = {TrialState.COMPLETE: "[green]done[/]", TrialState.PRUNED: "[red]pruned
           TrialState.WAITING: "queued"}
 
 
-def print_summary(console: Console, s: SweepSummary, headline: Headline) -> None:
-    pruned = ", ".join(f"{k} {v}" for k, v in sorted(s.pruned.items())) or "none"
-    console.print(f"\nSweep of {s.study!r} ended ({s.stopped_because}): {s.finished} trials "
-                  f"restarted the server ({s.complete} measured, failed by configuration: "
-                  f"{pruned}), {s.failed} infrastructure failures ({s.retried} queued again); "
-                  f"{s.skipped} proposal{'' if s.skipped == 1 else 's'} skipped without a "
-                  "restart as known failures"
-                  + (f", {s.reconciled} recovered from an earlier run" if s.reconciled else ""))
+def shared_knobs(trials: list[FrozenTrial]) -> dict[str, Any]:
+    """The knobs (and values) that every speculative configuration shown has in common:
+    at 80 columns they are said once, so each row keeps what tells it apart."""
+    effs = [t.user_attrs[A.EFFECTIVE] for t in trials if t.user_attrs.get(A.EFFECTIVE)]
+    if len(effs) < 2:
+        return {}
+    first = effs[0]
+    return {k: v for k, v in first.items()
+            if all(k in e and e[k] == v for e in effs[1:])}
+
+
+def print_summary(console: Console, s: SweepSummary, headline: Headline,
+                  export: str | None = None) -> None:
+    """The end of a sweep; ``export`` is the command that exports this sweep's winner
+    (cli/common.export_command: the study and storage as the sweep was given them)."""
+    console.print("\n" + summary_counts(s))
     for line in headline.lines():
         console.print(line)
     if s.kept_server is not None:
@@ -51,9 +60,36 @@ def print_summary(console: Console, s: SweepSummary, headline: Headline) -> None
                       f"{s.kept_server.port} (process group {s.kept_server.pgid}; log "
                       f"{s.kept_server.log_path}). Stop it with: sweeper stop --study {s.study}")
     if headline.best is not None:
-        console.print(f"Export it: sweeper export --study {s.study} -o best.yaml")
+        export = export or f"sweeper export --study {s.study} -o best.yaml"
+        console.print(f"Export it: {export}", markup=False, soft_wrap=True)
     if s.simulated:
         console.print(f"[dim]{SIM_NOTE}[/]")
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 trial``, ``2 trials``, ``0 trials``."""
+    return f"{n} {word if n == 1 else many or word + 's'}"
+
+
+def summary_counts(s: SweepSummary) -> str:
+    """What the sweep did, each count true: a trial measured on the server already
+    running (a replicate, measured longer on the same start) restarted nothing."""
+    restarts = s.finished - s.reused
+    pruned = ", ".join(f"{k} {v}" for k, v in sorted(s.pruned.items())) or "none"
+    parts = [f"{plural(restarts, 'trial')} restarted the server"]
+    if s.reused:
+        parts[0] += f", {s.reused} more measured on the server already running"
+    parts[0] += f" ({s.complete} measured, failed by configuration: {pruned})"
+    parts.append(f"{plural(s.failed, 'infrastructure failure')} ({s.retried} queued again)")
+    text = f"Sweep of {s.study!r} ended ({s.stopped_because}): " + ", ".join(parts)
+    text += (f"; {plural(s.skipped, 'proposal')} skipped without a restart as known "
+             "failures")
+    if s.repeats:
+        text += (f", {plural(s.repeats, 'accidental repeat')} of a measured configuration "
+                 "answered without a restart")
+    if s.reconciled:
+        text += f", {s.reconciled} recovered from an earlier run"
+    return text
 
 
 def _shown(trials: list[FrozenTrial], limit: int | None) -> list[FrozenTrial]:
@@ -79,29 +115,40 @@ def print_status(console: Console, spec: StudySpec, storage_url: str,
         return
     wide = console.width >= WIDE
     base = R.baseline_result(R.config_results(trials))
-    # Compact: the fixed columns take ~40 characters; the configuration gets most of
-    # the rest, the note what remains. Wide: full labels and intervals.
+    shown = _shown(trials, limit)
+    same = {} if wide else shared_knobs(shown)
+    # Compact: the fixed columns take ~40 characters; the configuration gets what its
+    # longest label needs (knobs every row shares said once, above; a longer one wraps),
+    # the note the rest.
+    # Wide: full labels and intervals.
     room = console.width - (64 if wide else 46)
+    labels = [compact_params(t.user_attrs[A.EFFECTIVE], frozenset(same))
+              for t in shown if t.user_attrs.get(A.EFFECTIVE) is not None]
+    config_w = max(16, room * 3 // 5) if wide else \
+        min(max([16, *map(len, labels)]), max(16, room - 8))
     table = Table(title=f"study {spec.name}", title_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("state", no_wrap=True)
-    table.add_column("configuration", overflow="fold" if wide else "ellipsis",
-                     no_wrap=not wide, max_width=max(16, room * 3 // 5))
+    # never cut: what is cut is what tells two rows apart; a long label takes two lines
+    table.add_column("configuration", overflow="fold", max_width=config_w)
     table.add_column("tok/s", justify="right", no_wrap=True)
     table.add_column("acc." if not wide else "accept", justify="right", no_wrap=True)
     table.add_column("vs base", justify="right", no_wrap=True)
     if wide:
         table.add_column("start s", justify="right", no_wrap=True)
     table.add_column("note", overflow="ellipsis", no_wrap=True,
-                     max_width=max(8, room - max(16, room * 3 // 5)))
-    shown = _shown(trials, limit)
+                     max_width=max(8, room - config_w))
     for t in shown:
-        table.add_row(*_row(t, base, wide))
+        table.add_row(*_row(t, base, wide, frozenset(same)))
+    if same:
+        console.print("[dim]every configuration below has "
+                      f"{escape(' '.join(compact_parts(same)) or 'NCCL defaults')}[/]",
+                      soft_wrap=False, overflow="fold")
     console.print(table)
     hidden = len(trials) - len(shown)
     if hidden:
-        console.print(f"[dim]({hidden} earlier trials hidden; --all shows them)[/]")
+        console.print(f"[dim]({plural(hidden, 'earlier trial')} hidden; --all shows them)[/]")
     counts = {name: sum(1 for t in trials if t.state == s)
               for s, name in ((TrialState.COMPLETE, "complete"), (TrialState.PRUNED, "pruned"),
                               (TrialState.FAIL, "failed"), (TrialState.RUNNING, "running"),
@@ -119,7 +166,8 @@ def print_status(console: Console, spec: StudySpec, storage_url: str,
         console.print(f"[dim]{SIM_NOTE}[/]", soft_wrap=False)
 
 
-def _row(t: FrozenTrial, base: R.ConfigResult | None, wide: bool) -> list[str]:
+def _row(t: FrozenTrial, base: R.ConfigResult | None, wide: bool,
+         same: frozenset[str] = frozenset()) -> list[str]:
     ua = t.user_attrs
     runs = ua.get(A.RUNS) or []
     st = summarize(runs) if runs else None
@@ -155,7 +203,7 @@ def _row(t: FrozenTrial, base: R.ConfigResult | None, wide: bool) -> list[str]:
     if eff is None:
         label = "(queued)" if t.state == TrialState.WAITING else "-"
     else:
-        label = R.short_params(eff) if wide else compact_params(eff)
+        label = R.short_params(eff) if wide else compact_params(eff, same)
     row = [str(t.number), _STATE.get(t.state, t.state.name.lower()), label, speed, acc, vs]
     if wide:
         row.append(f"{ua[A.STARTUP]:.1f}" if ua.get(A.STARTUP) is not None else "-")

@@ -18,6 +18,7 @@ class SweepSummary:
     pruned: Counter[str] = field(default_factory=Counter)
     skipped: int = 0
     repeats: int = 0  # accidental repeats resolved without a restart
+    reused: int = 0  # measured on the server already running (a replicate): no restart
     failed: int = 0
     retried: int = 0
     reconciled: int = 0

@@ -161,8 +161,11 @@ def after_sweep(study: optuna.Study, spec: StudySpec, sampler: str | None, top: 
         notes.append("Confirm phase skipped: no speculative configuration was measured.")
         return ConfirmStart(plan, False, tuple(notes))
     if not leaders_changed(study, objective, plan.top):
-        notes.append(f"Confirm phase skipped: the top {plan.top} are the configurations the "
-                     "last confirm phase measured (`sweeper confirm` measures them again).")
+        one = plan.top == 1
+        which = "the leader is the configuration" if one else \
+            f"the top {plan.top} are the configurations"
+        notes.append(f"Confirm phase skipped: {which} the last confirm phase measured "
+                     f"(`sweeper confirm` measures {'it' if one else 'them'} again).")
         return ConfirmStart(plan, False, tuple(notes))
     return ConfirmStart(plan, True, tuple(notes))
 

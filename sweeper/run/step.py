@@ -123,6 +123,7 @@ def _complete(s: HostSession, slot: Slot, m: Measurement, label: str) -> None:
     s.recorder.complete(slot, m, log=s.measurer.log_text(m.server), speedup=ratio)
     s.summary.finished += 1
     s.summary.complete += 1
+    s.summary.reused += int(m.reused)
     if not s.options.notes:
         return
     headline = Headline.of(s.study, s.bench_spec.aggregate)

@@ -420,6 +420,7 @@ class HostPool:
             with contextlib.suppress(Exception):
                 w.session.finish()
             s.finished += ws.finished
+            s.reused += ws.reused
             s.complete += ws.complete
             s.pruned.update(ws.pruned)
             s.skipped += ws.skipped

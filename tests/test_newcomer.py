@@ -1,0 +1,253 @@
+"""What a new user reads after a sweep: the export hint reproduces the sweep, the report's
+sections all have content, its figures show what decides the pick."""
+
+from __future__ import annotations
+
+import html
+import re
+import shlex
+import sys
+from pathlib import Path
+
+import optuna
+import pandas as pd
+import yaml
+
+from sweeper.results import attrs as A
+from sweeper.results import figures
+from sweeper.results.headline import Headline
+from tests.conftest import run_cli
+
+
+def _export_line(text: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith("Export it: "))
+
+
+def test_the_export_hint_run_as_printed_exports_this_sweeps_winner(make_study,
+                                                                   tmp_path: Path) -> None:
+    study = make_study(start_from=[])
+    other = tmp_path / "other storage.db"  # not the study file's storage, a space in it
+    proc = run_cli("optimize", "--study", str(study), "--storage", f"sqlite:///{other}",
+                   "--trials", "2", "--no-confirm", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    command = _export_line(proc.stdout).removeprefix("Export it: ")
+    words = shlex.split(command)
+    assert words[:2] == ["sweeper", "export"] and str(study) in words
+    assert f"sqlite:///{other}" in words
+    # run it exactly as printed (from where the sweep ran)
+    run = run_cli(*words[1:], cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    best = next(line for line in proc.stdout.splitlines() if line.startswith("Best: "))
+    assert f"# {best}" in (tmp_path / "best.yaml").read_text()
+    assert not (tmp_path / "t.db").exists()  # the study's own storage was never touched
+    # the dashboard's note gives the same command
+    stored = optuna.load_study(study_name="t", storage=f"sqlite:///{other}")
+    assert stored.user_attrs[A.EXPORT] == command
+    assert f"Export it: `{command}`" in Headline.of(stored).markdown(stored, True)
+
+
+def test_the_export_hint_is_short_for_a_study_given_by_name() -> None:
+    from sweeper.cli.common import export_command
+    from sweeper.study import load_study
+
+    demo = load_study("demo")
+    assert export_command("demo", None, demo) == "sweeper export --study demo -o best.yaml"
+    assert export_command("demo", demo.storage, demo) == \
+        "sweeper export --study demo -o best.yaml"
+    assert export_command("demo", "postgresql://u:pw@db/x", demo) == \
+        "sweeper export --study demo --storage 'postgresql://u:***@db/x' -o best.yaml"
+
+
+def _section(page: str, title: str) -> str:
+    start = page.index(f"<h2>{title}")
+    end = page.find("<h2", start + 4)
+    return page[start:end if end > 0 else len(page)]
+
+
+def test_report_confirm_table_and_trials_table(finished: Path, tmp_path: Path) -> None:
+    proc = run_cli("report", "--study", str(finished), "-o", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "r" / "report.html").read_text()
+    study = optuna.load_study(study_name="t", storage=f"sqlite:///{finished.parent / 't.db'}")
+    confirmed = study.user_attrs[A.CONFIRMED]
+    confirm = _section(page, "Confirm phase")
+    rows = re.findall(r"<tr>\s*<td>", confirm)
+    assert len(rows) == len(confirmed["trials"]) >= 2  # each contender and the baseline
+    assert "(winner)" in confirm and "baseline (no speculation)" in html.unescape(confirm) \
+        or "no speculation (baseline)" in html.unescape(confirm)
+    trials = _section(page, "Trials")
+    assert "&lt;NA&gt;" not in trials and "<NA>" not in trials and "NaN" not in trials
+    header = re.findall(r"<th>([^<]*)</th>", trials)
+    assert header.index("tok/s") < header.index("num-steps")  # figures before knobs
+    assert "baseline (no speculation)" in trials
+    # one level: no traffic section at all; every other section has content
+    assert "concurrency level" not in page and "missing-traffic" not in page
+
+
+def test_failure_map_orders_numbers_as_numbers() -> None:
+    draft = pd.array([3, 11, 4, 13, 2, None], dtype="Int64")  # as trials_frame types it
+    df = pd.DataFrame({"state": ["complete", "pruned", "complete", "pruned", "complete",
+                                 "complete"],
+                       "confirm": [False] * 6, "skipped": [False] * 6,
+                       "failure": [None, "oom", None, "oom", None, None],
+                       "speculative-num-draft-tokens": draft})
+    fig = figures.failure_map(df, ["speculative-num-draft-tokens"])
+    assert fig is not None
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert labels == ["2", "3", "4", "11", "13"]
+
+
+def test_leaders_axis_shows_the_small_differences() -> None:
+    rows = [("a", 1.40, 1.38, 1.42), ("b", 1.39, 1.37, 1.41), ("c", 1.37, 1.35, 1.39)]
+    fig = figures.leaders(rows)
+    assert fig is not None
+    low, high = fig.axes[0].get_xlim()
+    assert 30 < low < 35 and 42 < high < 45  # not from 0%: 1-2% apart is visible
+
+
+
+def test_status_at_80_columns_keeps_the_knobs_that_differ(make_study, tmp_path: Path) -> None:
+    import io
+
+    from optuna.distributions import IntDistribution
+    from rich.console import Console
+
+    from sweeper.results.status import print_status
+    from sweeper.study import load_study
+
+    spec = load_study(str(make_study()))
+    study = optuna.create_study(study_name="t", storage=spec.storage, direction="maximize")
+    common = {"speculative-num-steps": 3, "speculative-eagle-topk": 2,
+              "speculative-num-draft-tokens": 7, "speculative-draft-tp-size": 4,
+              "env.NCCL_MIN_NCHANNELS": 16}
+    variants = [{}, {"env.NCCL_ALGO": "Tree", "env.NCCL_PROTO": "LL128"},
+                {"env.NCCL_ALGO": "Ring", "env.NCCL_PROTO": "LL128"},
+                {"env.NCCL_ALGO": "Tree", "env.NCCL_PROTO": "Simple"}]
+    for i, extra in enumerate(variants):
+        eff = {**common, **extra} if extra else {}
+        study.add_trial(optuna.trial.create_trial(
+            params={"x": i}, distributions={"x": IntDistribution(0, 9)}, value=500.0 + i,
+            user_attrs={A.ROLE: A.SAMPLER if extra else A.BASELINE, A.CONFIG_ID: f"c{i}",
+                        A.EFFECTIVE: eff, A.RUNS: [500.0 + i, 501.0 + i]}))
+    buf = io.StringIO()
+    print_status(Console(file=buf, width=80, highlight=False, soft_wrap=True), spec,
+                 spec.storage)
+    lines = buf.getvalue().splitlines()
+    assert max(len(line) for line in lines) <= 80, lines
+    rows = {line.split()[0]: line for line in lines if line.strip()[:1].isdigit()}
+    assert "ALGO=Tree PROTO=LL128" in rows["1"] and "ALGO=Ring PROTO=LL128" in rows["2"]
+    assert "ALGO=Tree PROTO=Simple" in rows["3"]
+    assert any("every configuration below has s3 k2 d7 tp4 MIN_NCHANNELS=16" in line
+               for line in lines)
+
+
+def test_piped_output_respects_columns(finished: Path) -> None:
+    proc = run_cli("status", "--study", str(finished), env={"COLUMNS": "80"})
+    assert max(len(line) for line in proc.stdout.splitlines()) <= 80
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    piped = subprocess.run([sys.executable, "-m", "sweeper", "status", "--study", str(finished)],
+                           capture_output=True, text=True, env=env, check=True)
+    assert max(len(line) for line in piped.stdout.splitlines()) <= 80
+
+
+def test_the_summary_counts_real_restarts_in_good_english() -> None:
+    from collections import Counter
+
+    from sweeper.results.status import summary_counts
+    from sweeper.run.common import SweepSummary
+
+    s = SweepSummary("demo", "sqlite:///x.db", finished=40, complete=38, reused=5,
+                     pruned=Counter({"oom": 2}), failed=1, retried=1, skipped=1)
+    text = summary_counts(s)
+    assert "35 trials restarted the server, 5 more measured on the server already running" \
+        in text
+    assert "1 infrastructure failure (1 queued again)" in text
+    assert "1 proposal skipped" in text
+    one = summary_counts(SweepSummary("demo", "x", finished=1, complete=1))
+    assert "1 trial restarted the server" in one and "0 infrastructure failures" in one
+
+
+def test_help_lists_every_command_whole_and_every_bench_option_has_help() -> None:
+    from sweeper.cli import app
+
+    top = run_cli("--help", env={"COLUMNS": "80"}).stdout
+    commands = top.split("Commands:")[1]
+    assert "..." not in commands
+    for info in app.registered_commands:
+        name = info.name or info.callback.__name__
+        assert f"  {name.replace('_', '-')} " in commands, name
+    bench = run_cli("bench", "--help", env={"COLUMNS": "200"}).stdout
+    options = [line for line in bench.split("Options:")[1].splitlines()
+               if line.strip().startswith("--")]
+    for line in options:  # "--runs <int range>   Measured runs ...  [default: 5; x>=1]"
+        parts = [p for p in re.split(r"\s{2,}", line.strip()) if p]
+        assert len(parts) >= 2 and not parts[1].startswith("["), line
+    optimize = " ".join(run_cli("optimize", "--help", env={"COLUMNS": "200"}).stdout.split())
+    assert "the study file's folder" in optimize
+
+
+def test_how_sure_says_what_it_means_and_on_which_runs(finished: Path) -> None:
+    study = optuna.load_study(study_name="t", storage=f"sqlite:///{finished.parent / 't.db'}")
+    h = Headline.of(study)
+    assert h.confirmed and h.sure is not None
+    text = "\n".join(h.lines())
+    assert "within 1% of every other" not in text
+    assert "no other configuration measured is truly more than 1% faster" in text
+    assert "sweep and confirm phase" in text
+    # the figure the live output showed (all runs pooled) is named beside the fresh one
+    assert h.pooled is not None and h.best is not None
+    if h.pooled.stats.n != h.best.stats.n:
+        assert f"all {h.pooled.stats.n} runs of it" in text
+
+
+def test_a_tie_within_the_noise_recommends_the_simplest_with_the_rule() -> None:
+    import random
+
+    from sweeper.results.simplest import away_from_defaults, describe, simplest_tied
+    from sweeper.results.verdict import ConfigResult
+
+    rng = random.Random(5)
+
+    def runs(mean: float) -> list[float]:
+        return [rng.gauss(mean, mean * 0.02) for _ in range(30)]
+
+    spec = {"speculative-num-steps": 2, "speculative-eagle-topk": 1,
+            "speculative-num-draft-tokens": 3}
+    defaults = {"speculative-num-steps": 5, "speculative-eagle-topk": 1,
+                "speculative-num-draft-tokens": 6}
+    best = ConfigResult("a", {**spec, "env.NCCL_ALGO": "Tree", "env.NCCL_PROTO": "LL"},
+                        "config", runs=runs(1000))
+    plain = ConfigResult("b", {**spec, "env.NCCL_ALGO": "unset", "env.NCCL_PROTO": "unset"},
+                         "config", runs=runs(997))
+    slow = ConfigResult("c", {**defaults, "env.NCCL_ALGO": "unset",
+                              "env.NCCL_PROTO": "unset"}, "config", runs=runs(900))
+    assert away_from_defaults(best.effective, defaults) == 4
+    assert away_from_defaults(plain.effective, defaults) == 2
+    assert away_from_defaults(slow.effective, defaults) == 0
+    found = simplest_tied(best, [best, plain, slow], defaults)
+    assert found is not None and found.result is plain  # slow is simpler but not tied
+    line = describe(found)
+    assert "2 settings away from SGLang's defaults against the winner's 4" in line
+    assert "rule" in line and "95% interval includes 0" in line
+    # the winner is already the simplest of its ties: nothing to say
+    assert simplest_tied(plain, [best, plain, slow], defaults) is None
+
+
+def test_validate_catches_a_typo_in_server_args_on_this_machine(make_study,
+                                                                tmp_path: Path) -> None:
+    data = yaml.safe_load(make_study().read_text())
+    args = data["server"]["args"]
+    args["tp-sise"] = args.pop("tp-size")
+    study = tmp_path / "typo.yaml"
+    study.write_text(yaml.safe_dump(data, sort_keys=False))
+    proc = run_cli("validate", "--study", str(study))
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no --tp-sise (did you mean --tp-size?)" in lines[0]
+    assert lines[0].count("tp-sise") == 1 and str(study) in lines[0]
+    assert not (tmp_path / "t.db").exists()
+    ok = run_cli("validate", "--study", str(make_study()))
+    assert ok.returncode == 0 and "every flag is in this machine's launcher --help" in ok.stdout
