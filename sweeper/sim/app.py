@@ -213,10 +213,11 @@ def _start_and_serve(
         f"context_len={profile.defaults.context_length}"
     )
     engine.start()
+    state.startup_time = time.time()
     state.engine = engine
     log.info(f"INFO:     Started server process [{os.getpid()}]")
     log.info(f"INFO:     Uvicorn running on http://{ns.host}:{ns.port} (Press CTRL+C to quit)")
-    if not _warm_up(engine, stop):
+    if not ns.skip_server_warmup and not _warm_up(engine, stop):
         return 0
     state.ready.set()
     log.info("The server is fired up and ready to roll!")

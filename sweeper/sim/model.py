@@ -240,8 +240,13 @@ def cycle_ms(profile: Profile, cfg: SimConfig, batch: int) -> float:
     """One decode iteration for a batch: a plain decode step, or a full speculative cycle."""
     t = profile.target
     overlap = 0.0 if cfg.overlap else t.no_overlap_ms
-    if not cfg.speculative or cfg.steps == 0:
+    if not cfg.speculative:
         return (target_forward_ms(profile, cfg, batch, 1) + overlap) / cfg.residual
+    if cfg.steps == 0:
+        # an adaptive slot at 0 steps: a trivial verify, and the draft extend still runs
+        # (eagle_worker_v2: it keeps the draft's KV warm) unless the env var skips it
+        extend = 0.0 if skip_zero_step_extend(cfg) else draft_step_ms(profile, cfg, batch)
+        return (target_forward_ms(profile, cfg, batch, 1) + extend + overlap) / cfg.residual
     verify = target_forward_ms(profile, cfg, batch, cfg.draft_tokens)
     verify *= t.attention_backend.get(cfg.attention_backend, 1.0)
     mode = cfg.attention_mode + ("_tree" if cfg.topk > 1 and cfg.attention_mode != "prefill"
@@ -257,6 +262,11 @@ def cycle_ms(profile: Profile, cfg: SimConfig, batch: int) -> float:
         gather = profile.draft.gather_ms * nccl_factor(profile, cfg)
     drafts = cfg.steps * draft_step_ms(profile, cfg, batch)
     return (verify + drafts + gather + profile.spec.overhead_ms + overlap) / cfg.residual
+
+
+def skip_zero_step_extend(cfg: SimConfig) -> bool:
+    value = cfg.environ.get("SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND", "")
+    return value.strip().lower() in ("1", "true", "yes", "on")
 
 
 def prefill_ms(profile: Profile, cfg: SimConfig, new_requests: int) -> float:

@@ -247,7 +247,8 @@ def resolve_config(profile: Profile, args: Mapping[str, Any], env: Mapping[str, 
         if adaptive is None:
             steps, topk, draft_tokens = _spec_numbers(a, algorithm, d, warnings)
         assert steps is not None and topk is not None and draft_tokens is not None
-        if steps < 1 or topk < 1 or draft_tokens < 1:
+        # an adaptive server may start at a 0-step candidate (no drafting at that size)
+        if steps < (0 if adaptive is not None else 1) or topk < 1 or draft_tokens < 1:
             raise InvalidArgs(
                 "speculative_num_steps, speculative_eagle_topk and "
                 "speculative_num_draft_tokens must be positive."
