@@ -6,8 +6,9 @@ effective_max_running_requests_per_dp, memory_usage, and avg_spec_accept_length 
 decode log line counted a verify), /get_server_info and /get_model_info (deprecated: a
 warning in the log on every call), /v1/chat/completions (streaming SSE with a final usage
 chunk), and sweeper.sim.native's /generate, /v1/completions, /flush_cache, /metrics. Every
-JSON answer that describes the server says ``"simulated": true``: this is a test double. With --api-key, every endpoint but /health*
-and /metrics needs ``Authorization: Bearer KEY`` (SGLang's middleware: 401 otherwise).
+JSON answer that describes the server says ``"simulated": true``: this is a test double.
+With --api-key, every endpoint but /health* and /metrics needs ``Authorization: Bearer KEY``
+(SGLang's middleware: 401 otherwise).
 """
 
 from __future__ import annotations
