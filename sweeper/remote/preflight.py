@@ -6,6 +6,7 @@ launcher's own ``--help`` on the host, not a list kept here.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 from collections.abc import Collection, Mapping
@@ -13,6 +14,15 @@ from dataclasses import dataclass
 
 from sweeper.errors import CommandTimeout, PortBusy, PreflightError
 from sweeper.remote.host import Host
+from sweeper.study import StudySpec
+
+# Space dimensions only some SGLang builds have a flag for: where the host's --help lacks
+# the flag, the dimension leaves the space (with this reason) instead of refusing the study.
+OPTIONAL_DIMENSIONS: dict[str, str] = {
+    "speculative-draft-tp-size": (
+        "upstream SGLang (0.5.23) has no draft-TP flag: the draft runs in the attention-TP "
+        "group; `attn-dp-size` is how to move it"),
+}
 
 # Every long option argparse prints, e.g. "--tp-size TP_SIZE, --tp TP".
 _FLAG = re.compile(r"(?<![\w-])--([A-Za-z0-9][A-Za-z0-9_-]*)")
@@ -44,6 +54,7 @@ def preflight(
     *,
     owned_pgids: Collection[int] = frozenset(),
     help_timeout: float = 180.0,
+    available: frozenset[str] | None = None,
 ) -> PreflightReport:
     """Check, in order: the host answers; ``launcher --help`` runs; every flag the study can
     emit (dashed names without ``--``; a mapping flag -> study parameter names the
@@ -54,7 +65,8 @@ def preflight(
     host itself (unreachable, connection lost).
     """
     host.check_alive()
-    available = launcher_flags(host, launcher_argv, help_timeout)
+    if available is None:  # ``available``: the same host's --help, already read
+        available = launcher_flags(host, launcher_argv, help_timeout)
     command = shlex.join([*launcher_argv, "--help"])
     _require(host, command, flags, available)
     gpu_count = _gpu_count(host)
@@ -89,6 +101,26 @@ def require_flags(host: Host, launcher_argv: list[str],
     available = launcher_flags(host, launcher_argv, help_timeout)
     _require(host, shlex.join([*launcher_argv, "--help"]), flags, available)
     return available
+
+
+def optional_dimensions(spec: StudySpec) -> list[str]:
+    """The study's space dimensions whose flag only some builds have."""
+    return [name for name in spec.space if name in OPTIONAL_DIMENSIONS]
+
+
+def drop_unavailable(spec: StudySpec, available: frozenset[str]
+                     ) -> tuple[StudySpec, list[str]]:
+    """The study without the optional dimensions this build's --help lacks (from the space
+    and every start_from entry), and one line per dimension saying why."""
+    gone = [name for name in optional_dimensions(spec) if name not in available]
+    if not gone:
+        return spec, []
+    space = {k: v for k, v in spec.space.items() if k not in gone}
+    start_from = [{k: v for k, v in entry.items() if k not in gone}
+                  for entry in spec.start_from]
+    notes = [f"space: {name} taken out: this host's SGLang has no --{name} "
+             f"({OPTIONAL_DIMENSIONS[name]})" for name in gone]
+    return dataclasses.replace(spec, space=space, start_from=start_from), notes
 
 
 def launcher_flags(host: Host, launcher_argv: list[str], help_timeout: float) -> frozenset[str]:

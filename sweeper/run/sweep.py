@@ -29,7 +29,12 @@ from sweeper.errors import (
 from sweeper.launch import LaunchConfig
 from sweeper.measure.stats import summarize
 from sweeper.remote import Host
-from sweeper.remote.preflight import preflight
+from sweeper.remote.preflight import (
+    drop_unavailable,
+    launcher_flags,
+    optional_dimensions,
+    preflight,
+)
 from sweeper.remote.server import ServerHandle
 from sweeper.remote.workdir import remove_run_dir, run_dir, worker_marker
 from sweeper.results import attrs as A
@@ -104,14 +109,22 @@ class Sweep:
         """Everything that can refuse the study runs before anything is written.
         ``fresh`` deletes the stored study first, only once all checks have passed and
         ``allow_delete(number of trials)`` agreed (the CLI asks the user)."""
-        sampler = make_sampler(self.options.sampler or self.spec.sweep.sampler,
-                               self.options.seed if self.options.seed is not None
-                               else self.spec.sweep.seed, self.spec.sweep.n_startup_trials,
-                               space=self.space)
         if self._host is None:
             self._host, self._python = open_host(self.spec)
         self.host = self._host
         self.python = self._python or sys.executable
+        self._help: frozenset[str] | None = None
+        if optional_dimensions(self.spec):  # a dimension only some builds have a flag for
+            self._help = launcher_flags(self.host, LaunchConfig(
+                self.spec.server.launcher).launcher_argv(self.python), 180.0)
+            self.spec, notes = drop_unavailable(self.spec, self._help)
+            self.space = SearchSpace(self.spec)
+            for note in notes:
+                self.report.line(note)
+        sampler = make_sampler(self.options.sampler or self.spec.sweep.sampler,
+                               self.options.seed if self.options.seed is not None
+                               else self.spec.sweep.seed, self.spec.sweep.n_startup_trials,
+                               space=self.space)
         hspec = self.spec.hosts[0]
         self.workdir = run_dir(hspec.workdir, self.storage_url, self.spec.name)
         # What collides on a host is a port: the lock and the servers' marker name the host
@@ -156,7 +169,8 @@ class Sweep:
                 self.preflight = preflight(
                     self.host, LaunchConfig(self.spec.server.launcher).launcher_argv(self.python),
                     self.space.emitted_flags(), self.spec.server.port, self.spec.server.host,
-                    owned_pgids=owned_pgids(study) if study is not None else frozenset())
+                    owned_pgids=owned_pgids(study) if study is not None else frozenset(),
+                    available=self._help)
             except PortBusy as exc:  # before the first restart, a busy port is the user's to fix
                 raise PreflightError(str(exc)) from exc
         if fresh and study is not None:
