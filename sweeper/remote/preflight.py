@@ -38,11 +38,63 @@ class PreflightReport:
     gpu_count: int | None  # None: no nvidia-smi on the host (fine for the simulator)
     port: int
     port_held_by_own_server: bool
+    deprecated: frozenset[str] = frozenset()  # flags whose help says "Deprecated"
+
+    def build_attrs(self, version: str | None) -> dict[str, object]:
+        """What an export needs to know of the build (stored with the study)."""
+        return {"sglang_version": version, "help_flags": sorted(self.help_flags),
+                "deprecated_flags": sorted(self.deprecated)}
 
 
 def help_flags(help_text: str) -> frozenset[str]:
     """Long option names (without ``--``) that an argparse help text lists."""
     return frozenset(_FLAG.findall(help_text))
+
+
+# An option's entry in argparse's help: "  --name VALUE, --alias VALUE   help text...".
+_ENTRY = re.compile(r"^ {2}(-\S.*)$")
+
+
+def deprecated_flags(help_text: str) -> frozenset[str]:
+    """Options whose help text starts with "Deprecated" (SGLang's retired flags: their
+    --config key is refused, so an export must not write them)."""
+    out: set[str] = set()
+    entries: list[list[str]] = []
+    for line in help_text.splitlines():
+        if _ENTRY.match(line):
+            entries.append([line.strip()])
+        elif entries and line.startswith("   "):
+            entries[-1].append(line.strip())
+        else:
+            entries.append([]) if line.strip() else None
+    for entry in entries:
+        if not entry:
+            continue
+        head, _, rest = entry[0].partition("  ")  # options, then two spaces, then help
+        words = " ".join([rest.strip(), *entry[1:]]).lstrip("( ")
+        if words.lower().startswith("deprecated"):
+            out.update(_FLAG.findall(head))
+    return frozenset(out)
+
+
+_VERSION = re.compile(r"SGLang (\d+\.\d+\.\d+\S*)")
+
+
+def sglang_version(host: Host, python: str | None, help_text: str) -> str | None:
+    """The host's SGLang version: the one the launcher's help names (the simulator says
+    which SGLang it speaks), else the installed package's; None when neither tells."""
+    found = _VERSION.search(help_text)
+    if found:
+        return found.group(1)
+    if python:
+        try:
+            result = host.run([python, "-c", "import importlib.metadata as m; "
+                               "print(m.version('sglang'))"], timeout=60)
+            if result.exit_code == 0 and result.stdout.strip():
+                return result.stdout.strip().splitlines()[-1]
+        except CommandTimeout:
+            pass
+    return None
 
 
 def preflight(
@@ -54,7 +106,7 @@ def preflight(
     *,
     owned_pgids: Collection[int] = frozenset(),
     help_timeout: float = 180.0,
-    available: frozenset[str] | None = None,
+    help_text: str | None = None,
 ) -> PreflightReport:
     """Check, in order: the host answers; ``launcher --help`` runs; every flag the study can
     emit (dashed names without ``--``; a mapping flag -> study parameter names the
@@ -65,8 +117,9 @@ def preflight(
     host itself (unreachable, connection lost).
     """
     host.check_alive()
-    if available is None:  # ``available``: the same host's --help, already read
-        available = launcher_flags(host, launcher_argv, help_timeout)
+    if help_text is None:  # ``help_text``: the same host's --help, already read
+        help_text = launcher_help(host, launcher_argv, help_timeout)
+    available = help_flags(help_text)
     command = shlex.join([*launcher_argv, "--help"])
     _require(host, command, flags, available)
     gpu_count = _gpu_count(host)
@@ -89,6 +142,7 @@ def preflight(
         gpu_count=gpu_count,
         port=port,
         port_held_by_own_server=owned,
+        deprecated=deprecated_flags(help_text),
     )
 
 
@@ -125,6 +179,11 @@ def drop_unavailable(spec: StudySpec, available: frozenset[str]
 
 def launcher_flags(host: Host, launcher_argv: list[str], help_timeout: float) -> frozenset[str]:
     """Every long option ``launcher --help`` prints on the host."""
+    return help_flags(launcher_help(host, launcher_argv, help_timeout))
+
+
+def launcher_help(host: Host, launcher_argv: list[str], help_timeout: float) -> str:
+    """``launcher --help``'s text on the host; PreflightError when it does not run."""
     command = shlex.join([*launcher_argv, "--help"])
     # SGLang imports torch before printing help: tens of seconds on a cold node.
     try:
@@ -142,7 +201,7 @@ def launcher_flags(host: Host, launcher_argv: list[str], help_timeout: float) ->
             + (f": {detail}" if detail else "")
             + "; check the study's server.launcher and python"
         )
-    return help_flags(result.stdout + "\n" + result.stderr)
+    return result.stdout + "\n" + result.stderr
 
 
 def _require(host: Host, command: str, flags: Collection[str] | Mapping[str, str],

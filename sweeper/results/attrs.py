@@ -81,6 +81,7 @@ SPACE = "sweeper:space"  # the search space's signature: a changed space is refu
 OBJECTIVE = "sweeper:objective"  # levels + objective (Objective.signature): a change is refused
 SIMULATED = "sweeper:simulated"  # the study runs on the simulated server
 CONFIRMED = "sweeper:confirmed"  # the confirm phase's verdict
+BUILD = "sweeper:build"  # the host's SGLang: version, --help flags, deprecated flags
 KEPT_SERVER = "sweeper:kept_server"  # the server --keep-best left running
 # The budget of a sweep in progress: {"start", "target", "trials", "machine", "pid"}.
 # A sweep killed (or Ctrl-C'd) leaves it behind, and the same command resumes towards

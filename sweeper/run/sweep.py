@@ -31,9 +31,11 @@ from sweeper.measure.stats import summarize
 from sweeper.remote import Host
 from sweeper.remote.preflight import (
     drop_unavailable,
-    launcher_flags,
+    help_flags,
+    launcher_help,
     optional_dimensions,
     preflight,
+    sglang_version,
 )
 from sweeper.remote.server import ServerHandle
 from sweeper.remote.workdir import remove_run_dir, run_dir, worker_marker
@@ -113,11 +115,11 @@ class Sweep:
             self._host, self._python = open_host(self.spec)
         self.host = self._host
         self.python = self._python or sys.executable
-        self._help: frozenset[str] | None = None
+        self._help: str | None = None
         if optional_dimensions(self.spec):  # a dimension only some builds have a flag for
-            self._help = launcher_flags(self.host, LaunchConfig(
+            self._help = launcher_help(self.host, LaunchConfig(
                 self.spec.server.launcher).launcher_argv(self.python), 180.0)
-            self.spec, notes = drop_unavailable(self.spec, self._help)
+            self.spec, notes = drop_unavailable(self.spec, help_flags(self._help))
             self.space = SearchSpace(self.spec)
             for note in notes:
                 self.report.line(note)
@@ -165,12 +167,15 @@ class Sweep:
             raise InputError(f"{self.spec.path}: no study {self.spec.name!r} in "
                              f"{public_url(self.storage_url)} yet; run `sweeper optimize` first")
         if not require_existing:
+            if self._help is None:
+                self._help = launcher_help(self.host, LaunchConfig(
+                    self.spec.server.launcher).launcher_argv(self.python), 180.0)
             try:
                 self.preflight = preflight(
                     self.host, LaunchConfig(self.spec.server.launcher).launcher_argv(self.python),
                     self.space.emitted_flags(), self.spec.server.port, self.spec.server.host,
                     owned_pgids=owned_pgids(study) if study is not None else frozenset(),
-                    available=self._help)
+                    help_text=self._help)
             except PortBusy as exc:  # before the first restart, a busy port is the user's to fix
                 raise PreflightError(str(exc)) from exc
         if fresh and study is not None:
@@ -190,6 +195,10 @@ class Sweep:
                                     directions=["maximize"] * len(
                                         self.spec.objective.metric_names()),
                                     sampler=sampler, load_if_exists=True)
+        if getattr(self, "preflight", None) is not None:
+            # what exports need: the build's flags, its retired ones, its version
+            study.set_user_attr(A.BUILD, self.preflight.build_attrs(sglang_version(
+                self.host, self.python, self._help or "")))
         if A.SPACE not in study.user_attrs:
             study.set_user_attr(A.WINNER, "no configuration has completed yet")  # listed first
             study.set_user_attr(A.SPACE, signature)

@@ -1,0 +1,92 @@
+"""Exports as SGLang 0.5.23 itself reads them: its own --config merger (loaded from the
+wheel) and its own flags (the recorded argparse table) accept every export of the shipped
+studies; what the build cannot take never reaches the file."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sweeper.launch import LaunchConfig
+from sweeper.results.exportable import Build, for_build
+from sweeper.search.space import SearchSpace
+from sweeper.study.load import load_study
+
+from .sglang_source import accepts
+
+STUDIES = Path(__file__).resolve().parent.parent / "studies"
+
+
+def configs(name: str) -> list[LaunchConfig]:
+    """The baseline, every start_from entry, the speculative numbers of the whole space at
+    the first value of the other knobs, and every value of every other knob."""
+    spec = load_study(str(STUDIES / f"{name}.yaml"))
+    space = SearchSpace(spec)
+    out = [space.baseline_config()]
+    out += [space.launch_config(space.effective(space.internal_params(entry)) | {
+        k: v for k, v in entry.items()}) for entry in spec.start_from]
+    out += [space.launch_config(eff) for _, eff in
+            itertools.islice(space.configurations(every_plain=False), 400)]
+    base = space.effective(next(space.configurations(every_plain=False))[0])
+    for pname, param in spec.space.items():
+        if param.kind == "choices":
+            out += [space.launch_config({**base, pname: v}) for v in param.choices]
+    return out
+
+
+@pytest.mark.parametrize("name", ["demo", "demo-traffic", "eagle3-kimi"])
+def test_sglangs_merger_accepts_every_export_of_the_shipped_studies(name: str,
+                                                                     tmp_path: Path) -> None:
+    seen = set()
+    for config in configs(name):
+        text = for_build(config, Build()).config.sglang_yaml(redact=True)
+        if text in seen:
+            continue
+        seen.add(text)
+        path = tmp_path / "best.yaml"
+        path.write_text(text)
+        ns = accepts(path)  # raises as SGLang would
+        data = yaml.safe_load(text)
+        assert "port" not in data and "host" not in data  # where the sweep ran it
+        for key, value in data.items():
+            got = getattr(ns, key.replace("-", "_"))
+            assert str(got) == str(value), (key, got, value)
+    assert len(seen) > 3
+
+
+def test_the_real_merger_refuses_what_old_exports_wrote(tmp_path: Path) -> None:
+    """The apparatus is SGLang's: a deprecated action and the retired flag name fail."""
+    old = tmp_path / "old.yaml"
+    old.write_text("model-path: m\ndisable-cuda-graph: true\n")
+    with pytest.raises(ValueError, match="Unsupported config option 'disable_cuda_graph'"):
+        accepts(old)
+    gone = tmp_path / "gone.yaml"
+    gone.write_text("model-path: m\nspeculative-draft-tp-size: 4\n")
+    with pytest.raises(SystemExit):
+        accepts(gone)
+
+
+def test_deprecated_spellings_are_exported_as_their_replacements(tmp_path: Path) -> None:
+    config = LaunchConfig(args={"model-path": "m", "tp-size": 8, "disable-cuda-graph": True,
+                                "enable-dp-attention": True, "dp-size": 4, "port": 8000,
+                                "host": "127.0.0.1"})
+    out = for_build(config, Build())
+    path = tmp_path / "best.yaml"
+    path.write_text(out.config.sglang_yaml())
+    ns = accepts(path)
+    assert ns.cuda_graph_backend_decode == "disabled"
+    assert ns.cuda_graph_backend_prefill == "disabled"
+    assert ns.attn_dp_size == "4" and not ns.enable_dp_attention
+    assert len(out.notes) == 2
+
+
+def test_a_build_without_a_flag_gets_no_such_key() -> None:
+    build = Build(version="0.5.9", flags=frozenset({"model-path", "tp-size", "port"}),
+                  deprecated=frozenset())
+    out = for_build(LaunchConfig(args={"model-path": "m", "tp-size": 2,
+                                       "speculative-attention-mode": "decode"}), build)
+    assert out.config.args == {"model-path": "m", "tp-size": 2}
+    assert "speculative-attention-mode left out" in out.notes[0]
