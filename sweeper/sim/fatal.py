@@ -1,7 +1,7 @@
 """SGLang's fatal messages, as the sweeper's log classifier will meet them on real servers.
 
 Texts follow SGLang 0.5.x / PyTorch / NCCL output: the markers the sweeper matches
-(shared/SGLANG.md "Fatal markers") appear verbatim.
+(docs/SGLANG.md, "Log lines") appear verbatim.
 """
 
 from __future__ import annotations
