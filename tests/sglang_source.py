@@ -138,3 +138,20 @@ def accepts(path: Path, extra: list[str] | None = None) -> argparse.Namespace:
     argv = ["--config", str(path), *(extra or [])]
     merged = config_merger()(parser).merge_config_with_args(argv)
     return parser.parse_args(merged)
+
+
+def adaptive_candidate_steps(config_path: Path) -> list[int]:
+    """SGLang 0.5.23's own adaptive-config loader (speculative/adaptive_spec_params.py,
+    resolve_candidate_steps_from_config) on ``config_path``, in a child process where the
+    wheel's code imports with stand-ins for torch and the like (tools/sglang_flags.py)."""
+    tools = Path(__file__).resolve().parent.parent / "tools"
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import sglang_flags as t; "
+            "t.install(sys.argv[2]); from sglang.srt.speculative.adaptive_spec_params "
+            "import resolve_candidate_steps_from_config as r; "
+            "print(r(cfg_path=sys.argv[3]))")
+    proc = subprocess.run([sys.executable, "-c", code, str(tools), str(wheel()),
+                           str(config_path)], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise ValueError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip()
+                         else f"exit {proc.returncode}")
+    return list(json.loads(proc.stdout.strip().splitlines()[-1]))

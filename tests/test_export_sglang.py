@@ -15,7 +15,9 @@ from sweeper.results.exportable import Build, for_build
 from sweeper.search.space import SearchSpace
 from sweeper.study.load import load_study
 
-from .sglang_source import accepts
+from .conftest import run_cli
+from .sglang_source import accepts, adaptive_candidate_steps
+from .test_traffic_export import stored_study
 
 STUDIES = Path(__file__).resolve().parent.parent / "studies"
 
@@ -90,3 +92,25 @@ def test_a_build_without_a_flag_gets_no_such_key() -> None:
                                        "speculative-attention-mode": "decode"}), build)
     assert out.config.args == {"model-path": "m", "tp-size": 2}
     assert "speculative-attention-mode left out" in out.notes[0]
+
+
+@pytest.mark.parametrize("base16", [250.0, 420.0])  # a 1-step slot at 16, or a 0-step one
+def test_sglangs_own_loaders_accept_the_adaptive_export(tmp_path: Path, base16: float) -> None:
+    study = stored_study(tmp_path, base16=base16)
+    data = yaml.safe_load(study.read_text())  # on upstream 0.5.23: no draft-TP flag
+    del data["server"]["args"]["speculative-draft-tp-size"]
+    study.write_text(yaml.safe_dump(data, sort_keys=False))
+    out = tmp_path / "out" / "best.yaml"
+    proc = run_cli("export", "--study", str(study), "--adaptive", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    ns = accepts(out)
+    assert ns.speculative_adaptive is True
+    steps = adaptive_candidate_steps(Path(ns.speculative_adaptive_config))
+    assert steps == ([1, 3] if base16 < 300 else [0, 3])
+
+
+def test_sglangs_adaptive_loader_is_the_apparatus(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"ema_alpha": 0.2}')
+    with pytest.raises(ValueError, match="at least one integer-string"):
+        adaptive_candidate_steps(bad)

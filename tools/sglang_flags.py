@@ -37,6 +37,16 @@ _PROBED = frozenset({
 })
 
 
+class _StubBase:
+    """What a class deriving from a stand-in (msgspec.Struct, nn.Module...) derives from."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:  # Struct(frozen=True) and the like
+        super().__init_subclass__()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
 class _Stub:
     """An inert stand-in: any attribute, call, subscript or base-class use works."""
 
@@ -79,7 +89,7 @@ class _Stub:
     __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __add__
 
     def __mro_entries__(self, bases: Any) -> tuple[type, ...]:
-        return ()  # the stand-in base simply drops out
+        return (_StubBase,)
 
 
 def _stub(name: str) -> Any:
@@ -150,14 +160,21 @@ def flag_table(parser: argparse.ArgumentParser) -> list[dict[str, Any]]:
     return rows
 
 
+def install(wheel_or_tree: str) -> None:
+    """Make ``import sglang...`` work here: the wheel's code first on sys.path, stand-ins
+    for whatever third-party module is not installed (also used by tests that run SGLang's
+    own pure-Python checks, e.g. its adaptive-config loader)."""
+    # no GPU here: SGLang's platform probe takes its CPU defaults instead of a stand-in torch
+    os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
+    sys.path.insert(0, str(_source(Path(wheel_or_tree))))
+    sys.meta_path.append(_StubFinder())
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print(__doc__, file=sys.stderr)
         return 2
-    # no GPU here: SGLang's platform probe takes its CPU defaults instead of a stand-in torch
-    os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
-    sys.path.insert(0, str(_source(Path(argv[0]))))
-    sys.meta_path.append(_StubFinder())
+    install(argv[0])
     from sglang.srt.server_args import ServerArgs  # noqa: PLC0415 (after the stand-ins)
 
     parser = argparse.ArgumentParser(prog="sglang serve")
