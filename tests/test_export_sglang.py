@@ -114,3 +114,18 @@ def test_sglangs_adaptive_loader_is_the_apparatus(tmp_path: Path) -> None:
     bad.write_text('{"ema_alpha": 0.2}')
     with pytest.raises(ValueError, match="at least one integer-string"):
         adaptive_candidate_steps(bad)
+
+
+def test_a_boolean_optional_flag_is_not_written_to_the_yaml(tmp_path: Path) -> None:
+    build = Build(version="0.5.23", flags=frozenset({"model-path", "mm-enable-dp-encoder",
+                                                     "no-mm-enable-dp-encoder"}))
+    out = for_build(LaunchConfig(args={"model-path": "m", "mm-enable-dp-encoder": True}),
+                    build)
+    path = tmp_path / "best.yaml"
+    path.write_text(out.config.sglang_yaml())
+    accepts(path)
+    assert "pass --mm-enable-dp-encoder on the command line" in out.notes[0]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model-path: m\nmm-enable-dp-encoder: true\n")
+    with pytest.raises(ValueError, match="BooleanOptionalAction"):
+        accepts(bad)

@@ -68,7 +68,13 @@ def for_build(config: LaunchConfig, build: Build) -> Exportable:
             args["attn-dp-size"] = dp
         notes.append("enable-dp-attention + dp-size (deprecated) written as attn-dp-size")
     for name in list(args):
-        if name in build.deprecated and args[name] not in (None, False):
+        if f"no-{name}" in build.flags and args[name] is not None:
+            # a BooleanOptional flag (--x / --no-x): the merger refuses its key
+            value = args.pop(name)
+            flag = name if value else f"no-{name}"
+            notes.append(f"{name} left out: this build's --config refuses it; pass --{flag} "
+                         "on the command line")
+        elif name in build.deprecated and args[name] not in (None, False):
             del args[name]
             notes.append(f"{name} left out: deprecated in this build, its --config refuses it")
         elif not build.has(name):
