@@ -135,10 +135,15 @@ def export_best(spec: StudySpec, storage_url: str, output: Path, *, at: int | No
     winner = headline.best if not adaptive and headline.best is not None else None
     if adaptive:
         winner = next(iter(headline.per_level.values()), None)
-    gpu = None
-    if winner is not None and winner.trials:
-        first_trial = next((t for t in trials if t.number == winner.trials[0]), None)
-        gpu = first_trial.user_attrs.get(A.GROUP) if first_trial is not None else None
+    # the GPU type the winner's host reported (its group); a confirm-phase trial may not
+    # carry it, another measurement of the same configuration does
+    numbers = set(winner.trials) if winner is not None else set()
+    gpu = next((t.user_attrs[A.GROUP] for t in trials
+                if t.number in numbers and t.user_attrs.get(A.GROUP)), None)
+    if gpu is None and winner is not None:
+        gpu = next((t.user_attrs[A.GROUP] for t in trials
+                    if t.user_attrs.get(A.CONFIG_ID) == winner.config_id
+                    and t.user_attrs.get(A.GROUP)), None)
     output.parent.mkdir(parents=True, exist_ok=True)
     if json_path is not None:
         # one slot per line: {"1": {"candidate_steps": [3]}, ...}
