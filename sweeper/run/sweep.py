@@ -117,8 +117,7 @@ class Sweep:
         self.python = self._python or sys.executable
         self._help: str | None = None
         if optional_dimensions(self.spec):  # a dimension only some builds have a flag for
-            self._help = launcher_help(self.host, LaunchConfig(
-                self.spec.server.launcher).launcher_argv(self.python), 180.0)
+            self._help = self._launcher_help()
             self.spec, notes = drop_unavailable(self.spec, help_flags(self._help))
             self.space = SearchSpace(self.spec)
             for note in notes:
@@ -167,9 +166,7 @@ class Sweep:
             raise InputError(f"{self.spec.path}: no study {self.spec.name!r} in "
                              f"{public_url(self.storage_url)} yet; run `sweeper optimize` first")
         if not require_existing:
-            if self._help is None:
-                self._help = launcher_help(self.host, LaunchConfig(
-                    self.spec.server.launcher).launcher_argv(self.python), 180.0)
+            self._help = self._help or self._launcher_help()
             try:
                 self.preflight = preflight(
                     self.host, LaunchConfig(self.spec.server.launcher).launcher_argv(self.python),
@@ -210,6 +207,18 @@ class Sweep:
                                  self._secrets.scrub, storage_url=self.storage_url,
                                  goal=self.spec.objective)
         return study
+
+    def _launcher_help(self) -> str:
+        """``launcher --help`` on the host, read once: the preflight and the dimensions
+        only some builds have a flag for (remote/preflight.OPTIONAL_DIMENSIONS)."""
+        try:
+            self.host.check_alive()
+        except InfrastructureError as exc:
+            raise InputError(f"{self.spec.path}: hosts[0].ssh: {self.spec.hosts[0].ssh}: {exc}; "
+                             "check the address, your ~/.ssh/config and that the node is up"
+                             ) from exc
+        return launcher_help(self.host, LaunchConfig(self.spec.server.launcher)
+                             .launcher_argv(self.python), 180.0)
 
     def _enqueue_initial(self, study: optuna.Study) -> None:
         """Baseline first, then the user's start_from points, then the sampler."""
