@@ -19,7 +19,7 @@ import hashlib
 import json
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -181,15 +181,15 @@ class LaunchConfig:
         values (the environment may hold secrets)."""
         return hashlib.sha256(self.identity().encode()).hexdigest()[:12]
 
-    def sglang_yaml(self, redact: bool = True) -> str:
+    def sglang_yaml(self, redact: bool = True, exclude: Collection[str] = ()) -> str:
         """YAML for ``sglang.launch_server --config``: dashed keys, presence flags as
         ``true``, false flags omitted, lists for multi-value flags, no nested maps.
         Redacted, secret flags are left out: the YAML cannot refer to a variable, so
-        ``secret_argv`` passes them on the command line."""
+        ``secret_argv`` passes them on the command line. ``exclude``: flags left out."""
         data: dict[str, Any] = {}
         secret = set(self.secret_flags()) if redact else set()
         for name, value in self.args.items():
-            if value is None or value is False or name in secret:
+            if value is None or value is False or name in secret or name in exclude:
                 continue
             data[name] = value
         return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
@@ -220,6 +220,26 @@ class LaunchConfig:
         lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(self.env.items())
                   if not (redact and is_secret(k))]
         return "\n".join(lines) + ("\n" if lines else "")
+
+    def plain_env_file(self) -> str:
+        """The environment as plain ``NAME=value`` lines, which ``docker --env-file`` and
+        systemd's ``EnvironmentFile=`` both read (no ``export``, no quoting: docker takes
+        the rest of the line literally). A secret is a bare ``NAME`` line: docker then
+        passes the caller's value; systemd skips the line (set it with PassEnvironment= or
+        a drop-in). Its value is never written."""
+        lines = ["# Environment of the exported server: docker run --env-file FILE, or "
+                 "systemd EnvironmentFile=FILE."]
+        for k, v in sorted(self.env.items()):
+            if is_secret(k):
+                lines.append(f"# {k}: a secret, not written: docker passes it from your "
+                             "environment; systemd: PassEnvironment= or a drop-in")
+                lines.append(k)
+            elif "\n" in v or v != v.strip() or any(c in v for c in "\"'\\$"):
+                raise ValueError(f"environment variable {k}: its value {v!r} reads differently "
+                                 "in docker's and systemd's env files; set it by hand")
+            else:
+                lines.append(f"{k}={v}")
+        return "\n".join(lines) + "\n"
 
     def to_dict(self, redact: bool = True) -> dict[str, Any]:
         cfg = self.redacted() if redact else self

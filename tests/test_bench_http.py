@@ -423,5 +423,43 @@ def test_server_info_fallback_and_non_speculative(fake: FakeServer) -> None:
         h, {"speculative_algorithm": None, "internal_states": [{"avg_spec_accept_length": 1.0}]}
     )
     res = run_benchmark(fake.url, spec(model="m", runs=1), prompts=PROMPTS)
-    assert fake.count("/get_server_info") == 2 and fake.count("/server_info") == 2
+    # the current name answers: the deprecated one (a warning per call on 0.5.23) is not asked
+    assert fake.count("/get_server_info") == 0 and fake.count("/server_info") == 2
     assert res.accept_length is None
+
+
+def test_old_build_server_info_name_is_asked_once_then_remembered(fake: FakeServer) -> None:
+    fake.routes[("POST", "/v1/chat/completions")] = good_stream
+    fake.routes[("GET", "/get_server_info")] = lambda h, b, n: send_json(
+        h, {"speculative_algorithm": "EAGLE3",
+            "internal_states": [{"avg_spec_accept_length": 2.5}]})
+    res = run_benchmark(fake.url, spec(model="m", runs=2), prompts=PROMPTS)
+    assert fake.count("/server_info") == 1 and fake.count("/get_server_info") >= 2
+    assert res.accept_length == pytest.approx(2.5)
+
+
+def test_accept_length_when_a_flush_empties_the_servers_average(fake: FakeServer) -> None:
+    """SGLang 0.5.23: /flush_cache zeroes the counters; avg_spec_accept_length is absent
+    until a decode log line counts a verify, then holds only the logged intervals."""
+    state: dict[str, float | None] = {"avg": 3.0}  # left over from before the sweep
+    per_round = iter([2.0, None, 4.0])  # the second round was shorter than an interval
+
+    def flush(h: _Handler, body: Any, n: int) -> None:
+        state["avg"] = None
+        send_json(h, "Cache flushed.")
+
+    def chat(h: _Handler, body: Any, n: int) -> None:
+        state["avg"] = next(per_round)
+        good_stream(h, body, n)
+
+    def info(h: _Handler, body: Any, n: int) -> None:
+        states = {} if state["avg"] is None else {"avg_spec_accept_length": state["avg"]}
+        send_json(h, {"speculative_algorithm": "EAGLE3", "internal_states": [states]})
+
+    fake.routes[("POST", "/flush_cache")] = flush
+    fake.routes[("POST", "/v1/chat/completions")] = chat
+    fake.routes[("GET", "/server_info")] = info
+    res = run_benchmark(fake.url, spec(model="m", runs=3), prompts=PROMPTS)
+    # 8 tokens a round: rounds at 2.0 and 4.0 pooled as tokens / verify steps
+    assert res.accept_length == pytest.approx(16 / (8 / 2.0 + 8 / 4.0))
+    assert res.accept_length_source == "server_rounds"

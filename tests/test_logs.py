@@ -337,3 +337,34 @@ def test_summarize_decode() -> None:
     assert s.gen_throughput == pytest.approx((178.86 * 2 + 361.2) / 3)
     empty = summarize_decode([])
     assert (empty.n_lines, empty.accept_len, empty.gen_throughput) == (0, None, None)
+
+
+def test_config_merger_and_algorithm_errors_are_the_configurations_fault() -> None:
+    merger = (
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3/site-packages/sglang/srt/utils/server_args_config_parser.py",'
+        " line 175, in _convert_config_to_args\n"
+        "    raise ValueError(msg)\n"
+        "ValueError: Unsupported config option 'disable_cuda_graph' with action "
+        "'DeprecatedStoreTrueAction'\n"
+    )
+    got = classify_failure_line(merger)
+    assert got is not None and got.kind == "invalid_args"
+    assert got.line.startswith("ValueError: Unsupported config option")
+    algo = (
+        "Traceback (most recent call last):\n"
+        '  File "/sgl/python/sglang/srt/speculative/spec_info.py", line 65, in from_string\n'
+        '    raise ValueError(f"Unknown speculative algorithm name: {name}")\n'
+        "ValueError: Unknown speculative algorithm name: DFLASH\n"
+    )
+    got = classify_failure_line(algo)
+    assert got is not None and got.kind == "invalid_args"
+
+
+def test_parses_the_0_5_23_line() -> None:
+    line = ("[2026-12-01 10:00:00 TP0] Decode batch, #running-req: 1, #token: 512, "
+            "token usage: 0.01, accept len: 2.71, accept rate: 0.57, cuda graph: True, "
+            "gen throughput (token/s): 88.40, #queue-req: 0")
+    (stat,) = parse_decode_lines(line)
+    assert (stat.accept_len, stat.accept_rate, stat.gen_throughput, stat.queue_req) == (
+        2.71, 0.57, 88.40, 0)

@@ -26,7 +26,8 @@ def landscape(eff: dict[str, Any]) -> float | None:
         return None
     s, d = eff["speculative-num-steps"], eff["speculative-num-draft-tokens"]
     accept = accept_length(eff)
-    cycle = 10.0 + 0.3 * d + s * (1.2 if eff["speculative-draft-tp-size"] == 1 else 0.9)
+    # attention DP 4 on the demo's 4 GPUs: the draft on one GPU per group
+    cycle = 10.0 + 0.3 * d + s * (1.2 if eff["attn-dp-size"] == 4 else 0.9)
     cycle *= {"Tree": 0.97, "Ring": 1.01}.get(eff.get("env.NCCL_ALGO", ""), 1.0)
     cycle *= {"LL": 0.98, "Simple": 1.05}.get(eff.get("env.NCCL_PROTO", ""), 1.0)
     return 1000.0 * accept / cycle

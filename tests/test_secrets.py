@@ -20,6 +20,8 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
+from sweeper.remote import free_port
+
 from .conftest import SIM_LAUNCHER, kill_group, run_cli, wait_http_ok
 
 TOKEN = "hf_tok_5e3a91c7"
@@ -75,15 +77,20 @@ def test_export_writes_references_that_start_a_server_with_the_key(swept, tmp_pa
     proc = run_cli("export", "--study", str(study_file), "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     env_file = out.with_suffix(".env")
-    for text in (out.read_text(), env_file.read_text(), proc.stdout):
+    for text in (out.read_text(), env_file.read_text(), out.with_suffix(".sh").read_text(),
+                 proc.stdout):
         assert TOKEN not in text and KEY not in text and "***" not in text
+    # docker --env-file / systemd: the secret is a reference by name, never its value
+    assert "HF_TOKEN" in env_file.read_text().splitlines()
     assert "api-key" not in yaml.safe_load(out.read_text())  # SGLang's YAML has no variables
     assert "secrets are not written: set HF_TOKEN, SGLANG_API_KEY before launching" \
         in proc.stdout
     launch = next(ln for ln in proc.stdout.splitlines() if ln.startswith("launch: "))
     command = launch.removeprefix("launch: ")
     assert command.endswith('--api-key "$SGLANG_API_KEY")')
-    port = yaml.safe_load(out.read_text())["port"]
+    assert "port" not in yaml.safe_load(out.read_text())  # where the sweep ran it
+    port = free_port()
+    command = command[:-1] + f" --port {port})"
     url = f"http://127.0.0.1:{port}"
     base_env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "SGLANG_API_KEY")}
 

@@ -44,6 +44,26 @@ def test_steps_follow_the_batch_size_slot(tmp_path: Path) -> None:
         assert got.tok_s == pytest.approx(want.tok_s, rel=1e-9), concurrency
 
 
+def test_zero_step_slot_runs_the_draft_extend_unless_the_env_skips_it(tmp_path: Path) -> None:
+    path = write(tmp_path, {"1": {"candidate_steps": [0]}})
+    args = {**ADAPTIVE, "speculative-adaptive-config": path, "speculative-num-steps": 0}
+    plain = expected_throughput("demo", {}, {})
+    zero = expected_throughput("demo", args, {})
+    skipped = expected_throughput("demo", args, {"SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND": "1"})
+    assert zero.steps == skipped.steps == 0
+    # the draft extend still runs at 0 steps: slower than the baseline it was meant to be
+    assert (zero.cycle_ms or 0) > (skipped.cycle_ms or 0) == pytest.approx(plain.cycle_ms)
+
+
+def test_non_integer_keys_are_merged_into_every_slot() -> None:
+    config = parse_config({"ema_alpha": 0.5, "update_interval": 3,
+                           "1": {"candidate_steps": [1, 3]},
+                           "8": {"candidate_steps": [0, 1], "update_interval": 7}})
+    one, eight = config.slots
+    assert one.ema_alpha == eight.ema_alpha == 0.5
+    assert (one.update_interval, eight.update_interval) == (3, 7)  # a slot's own key wins
+
+
 def test_routing_pads_to_captured_graph_sizes_then_takes_the_lower_slot() -> None:
     config = parse_config({"1": {"candidate_steps": [3]}, "8": {"candidate_steps": [2]},
                            "32": {"candidate_steps": [0]}})

@@ -42,7 +42,7 @@ def test_collnet_without_collnet_is_an_nccl_error(spawn) -> None:
 
 
 def test_documented_hang_stays_alive_unhealthy_until_killed(spawn) -> None:
-    sim = spawn([*FAST, *EAGLE, "--speculative-draft-tp-size", "1"],
+    sim = spawn([*FAST, *EAGLE, "--attn-dp-size", "4"],  # the draft on one GPU per group
                 env={"NCCL_ALGO": "NVLSTree"})
     wait_for(lambda: "NCCL INFO" in sim.log(), 10, "the last line before the hang")
     size = len(sim.log())

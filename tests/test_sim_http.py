@@ -30,7 +30,7 @@ __all__ = ["spawn"]  # the fixture, re-exported for pytest
 DECODE_LINE = re.compile(
     r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d TP0\] Decode batch, #running-req: \d+, #token: \d+, "
     r"token usage: \d+\.\d\d, accept len: \d+\.\d\d, accept rate: \d+\.\d\d, cuda graph: True, "
-    r"gen throughput \(token/s\): \d+\.\d\d, #queue-req: \d+,$",
+    r"gen throughput \(token/s\): \d+\.\d\d, #queue-req: \d+$",  # 0.5.23: no trailing comma
     re.MULTILINE,
 )
 
@@ -89,14 +89,14 @@ def test_model_info_and_models_say_simulated(servers: dict[str, SimProcess]) -> 
 def test_server_info_reports_args_and_acceptance(servers: dict[str, SimProcess]) -> None:
     url = servers["spec"].url
     generate(url, "server info please", 60)
-    info = get_json(url + "/get_server_info")
+    info = get_json(url + "/server_info")
     assert info["simulated"] is True and info["sim_profile"] == "demo"
     assert info["gpu_name"] == "NVIDIA L40S (simulated)" and info["num_gpus"] == 4
     assert info["speculative_num_steps"] == 3 and info["speculative_num_draft_tokens"] == 4
     assert info["tp_size"] == 4
     state = info["internal_states"][0]
     assert state["avg_spec_accept_length"] > 1.5 and state["last_gen_throughput"] > 0
-    assert get_json(url + "/server_info")["internal_states"][0].keys() == state.keys()
+    assert get_json(url + "/get_server_info")["internal_states"][0].keys() == state.keys()
 
 
 def test_chat_stream_has_chunks_usage_and_done(servers: dict[str, SimProcess]) -> None:
@@ -131,7 +131,7 @@ def test_chat_non_stream(servers: dict[str, SimProcess]) -> None:
 
 def test_generate_meta_info_histogram(servers: dict[str, SimProcess]) -> None:
     meta = generate(servers["spec"].url, "histogram", 80)["meta_info"]
-    hist, verify = meta["spec_accept_histogram"], meta["spec_verify_ct"]
+    hist, verify = meta["spec_correct_drafts_histogram"], meta["spec_verify_ct"]
     assert meta["completion_tokens"] == 80 and meta["prompt_tokens"] == 1
     assert len(hist) == 4 and sum(hist) == verify
     # first token from prefill; every verify step adds accepted + 1 (the last may be cut)

@@ -158,7 +158,7 @@ def test_trials_of_the_per_branch_space_stay_readable() -> None:
     """A study made before the shared name: status/export read its trials."""
     sp = SearchSpace(demo())
     eff = sp.effective({TOPK: 2, STEPS: 3, f"{DRAFT}|topk=2,steps=3": 5,
-                        "speculative-draft-tp-size": 4, "env.NCCL_ALGO": "Tree",
+                        "attn-dp-size": 4, "env.NCCL_ALGO": "Tree",
                         "env.NCCL_PROTO": "LL"})
     assert eff[DRAFT] == 5
 
@@ -246,8 +246,9 @@ def test_baseline_has_no_speculation() -> None:
 def test_emitted_flags() -> None:
     flags = SearchSpace(kimi()).emitted_flags()
     assert {"model-path", "tp-size", "trust-remote-code", "port", "host", STEPS, TOPK,
-            DRAFT, "speculative-draft-tp-size", "speculative-algorithm",
-            "speculative-draft-model-path"} == flags
+            DRAFT, "attn-dp-size", "speculative-algorithm", "speculative-draft-model-path",
+            "speculative-draft-model-quantization", "speculative-draft-attention-backend",
+            "speculative-attention-mode", "disable-overlap-schedule"} == flags
 
 
 def test_internal_params_errors() -> None:
@@ -274,14 +275,14 @@ def test_start_from_round_trip(load: Callable[[], StudySpec]) -> None:
                                 sampler=optuna.samplers.RandomSampler(seed=0))
     entry = spec.start_from[0]
     internal = sp.internal_params(entry)
-    assert internal[STEPS] == 5 and internal[TOPK] == 1
+    assert internal[STEPS] == 3 and internal[TOPK] == 1
     assert not any(user_name(n) == DRAFT for n in internal)  # topk 1: not sampled
     study.enqueue_trial(internal)
     trial = study.ask()
     eff = sp.suggest(trial)
     assert {k: eff[k] for k in entry} == entry
     assert sp.effective(trial.params) == eff
-    assert sp.launch_config(eff).args[DRAFT] == 6
+    assert sp.launch_config(eff).args[DRAFT] == 4
 
 
 def test_start_from_tree_and_partial_entries() -> None:
@@ -414,3 +415,21 @@ def test_random_spaces(steps: Any, topk: Any, draft: Any) -> None:
         assert_valid(spec, eff, sp.launch_config(eff))
         assert sp.internal_params(eff) == {k: v for k, v in internal.items() if k in dists}
         assert sp.effective(internal) == eff
+
+
+def test_a_null_choice_leaves_the_flag_out() -> None:
+    sp = SearchSpace(kimi())
+    args = sp.launch_config({"speculative-draft-model-quantization": None}).args
+    assert "speculative-draft-model-quantization" not in args
+    args = sp.launch_config({"speculative-draft-model-quantization": "fp8"}).args
+    assert args["speculative-draft-model-quantization"] == "fp8"
+
+
+def test_a_dimension_the_preflight_took_out_is_read_as_absent() -> None:
+    """Trials of a sweep whose host lacked --speculative-draft-tp-size have no such
+    parameter; status and export read them with the study file's full space."""
+    sp = SearchSpace(make({STEPS: {"int": [1, 6]}, TOPK: {"choices": [1, 2]},
+                           DRAFT: {"int": [2, 8]},
+                           "speculative-draft-tp-size": {"choices": [1, 4]}}))
+    eff = sp.effective({TOPK: 1, STEPS: 2})
+    assert eff == {TOPK: 1, STEPS: 2, DRAFT: 3}

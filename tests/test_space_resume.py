@@ -29,12 +29,12 @@ def test_old_space_is_refused_with_a_clear_line(tmp_path: Path) -> None:
     # its trials: per-branch names, still read as the configuration they ran
     study.add_trial(optuna.trial.create_trial(
         params={TOPK: 2, STEPS: 3, f"{DRAFT}|topk=2,steps=3": 6,
-                "speculative-draft-tp-size": 4, "env.NCCL_ALGO": "Tree",
+                "attn-dp-size": 4, "env.NCCL_ALGO": "Tree",
                 "env.NCCL_PROTO": "LL"},
         distributions={TOPK: optuna.distributions.CategoricalDistribution([1, 2, 4]),
                        STEPS: optuna.distributions.IntDistribution(1, 6),
                        f"{DRAFT}|topk=2,steps=3": optuna.distributions.IntDistribution(2, 7),
-                       "speculative-draft-tp-size":
+                       "attn-dp-size":
                            optuna.distributions.CategoricalDistribution([1, 4]),
                        "env.NCCL_ALGO": optuna.distributions.CategoricalDistribution(
                            ["unset", "Ring", "Tree", "CollNetDirect"]),

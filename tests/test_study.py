@@ -71,8 +71,12 @@ def test_shipped_studies_load(name: str) -> None:
     spec = load_study(name, root=STUDIES)
     assert spec.name == name
     assert spec.path == STUDIES / f"{name}.yaml"
-    assert spec.start_from and spec.start_from[0][STEPS] == 5
-    assert spec.start_from[0][DRAFT] == 6
+    # SGLang 0.5.23's default for a non-Llama target: (3, 1, 4)
+    assert spec.start_from and spec.start_from[0][STEPS] == 3
+    assert spec.start_from[0][DRAFT] == 4
+    # upstream 0.5.23 has no draft-TP flag: a shipped study never passes it
+    assert "speculative-draft-tp-size" not in spec.space
+    assert "speculative-draft-tp-size" not in spec.server.args
 
 
 def test_demo_study_shape() -> None:
@@ -81,7 +85,7 @@ def test_demo_study_shape() -> None:
     assert spec.server.launcher == "{python} -m sweeper.sim --sim-profile demo"
     assert spec.server.startup_timeout == 60.0 and spec.server.hang_timeout == 8.0
     assert spec.server.args["tp-size"] == 4
-    assert spec.space["speculative-draft-tp-size"].choices == (1, 4)
+    assert spec.space["attn-dp-size"].choices == (1, 4)
     assert spec.benchmark.max_tokens == 200 and spec.benchmark.runs == 10
 
 

@@ -22,7 +22,7 @@ from .test_optimize import failing_point
 from .timeouts import scaled
 
 HANG = {"speculative-num-steps": 2, "speculative-eagle-topk": 1,
-        "speculative-num-draft-tokens": 3, "speculative-draft-tp-size": 1,
+        "speculative-num-draft-tokens": 3, "attn-dp-size": 4,  # the draft on one GPU
         "env.NCCL_ALGO": "NVLSTree"}
 
 
@@ -56,9 +56,9 @@ def test_sweep_over_ssh_classifies_oom_and_hang(sshd, tmp_path: Path) -> None:
     space = {"speculative-num-steps": {"int": [1, 4]},
              "speculative-eagle-topk": {"choices": [1, 2, 4]},
              "speculative-num-draft-tokens": {"int": [2, 16]},
-             "speculative-draft-tp-size": {"choices": [1, 4]},
+             "attn-dp-size": {"choices": [1, 4]},
              "env.NCCL_ALGO": {"choices": ["unset", "Ring", "NVLSTree"]}}
-    oom = {**oom, "speculative-draft-tp-size": 4, "env.NCCL_ALGO": "unset"}
+    oom = {**oom, "attn-dp-size": 1, "env.NCCL_ALGO": "unset"}
     spec = ssh_study(tmp_path, space=space, start_from=[oom, HANG],
                      server={"hang_timeout": "3s"})
     host = sshd.ssh_host("gpu-test")

@@ -23,6 +23,8 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
+from sweeper.sim.profiles import PROFILE_DIR
+
 from .conftest import ROOT, SIM_LAUNCHER, demo_study_data, run_cli, wait_for
 
 TREE = {"speculative-num-steps": 3, "speculative-eagle-topk": 2,
@@ -34,7 +36,13 @@ SPACE = {"speculative-num-steps": {"int": [1, 6]}, "speculative-eagle-topk": {"c
 
 def traffic_data(tmp: Path, max_tokens: int = 80, **overrides: Any) -> dict[str, Any]:
     data = demo_study_data(tmp, **overrides)
-    data["server"]["launcher"] = SIM_LAUNCHER + " --sim-noise 0"
+    # the draft on one GPU: a build that has --speculative-draft-tp-size (upstream 0.5.23
+    # has none), declared by a copy of the demo profile
+    profile = yaml.safe_load((PROFILE_DIR / "demo.yaml").read_text())
+    profile["build"] = {"version": "0.5.23+drafttp", "draft_tp_flag": True}
+    (tmp / "drafttp.yaml").write_text(yaml.safe_dump(profile))
+    data["server"]["launcher"] = SIM_LAUNCHER.replace(
+        "--sim-profile demo", f"--sim-profile {tmp / 'drafttp.yaml'}") + " --sim-noise 0"
     data["server"]["args"]["speculative-draft-tp-size"] = 1
     data["space"] = SPACE
     data.setdefault("objective", {"mix": {1: 0.5, 16: 0.5}})

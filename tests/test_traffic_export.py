@@ -42,7 +42,7 @@ def _levels(per1: float, per16: float) -> dict[str, Any]:
     return {"1": one(per1, 1), "16": one(per16, 16)}
 
 
-def stored_study(tmp: Path, launcher: str | None = None) -> Path:
+def stored_study(tmp: Path, launcher: str | None = None, base16: float = 250.0) -> Path:
     """A two-level study file and its storage: the baseline, 3 steps (fastest alone) and
     1 step (fastest at 16), as a sweep would have recorded them."""
     data = traffic_data(tmp)
@@ -56,7 +56,7 @@ def stored_study(tmp: Path, launcher: str | None = None) -> Path:
     study.set_user_attr(A.OBJECTIVE, spec.objective.signature())
     study.set_user_attr(A.SIMULATED, True)
     dists = space.distributions()
-    for role, point, per1, per16 in ((A.BASELINE, None, 330.0, 250.0),
+    for role, point, per1, per16 in ((A.BASELINE, None, 330.0, base16),
                                      (A.START_FROM, S3, 520.0, 370.0),
                                      (A.START_FROM, S1, 440.0, 390.0)):
         params = space.internal_params(point) if point else {}
@@ -95,6 +95,27 @@ def test_adaptive_export_is_what_sglang_and_the_simulator_accept(tmp_path: Path)
         got = expected_throughput("demo", args, {}, concurrency=level).tok_s
         want = expected_throughput("demo", fixed_args, {}, concurrency=level).tok_s
         assert got == pytest.approx(want, rel=0.03)
+
+
+def test_a_zero_step_slot_is_exported_with_the_skip_env(tmp_path: Path) -> None:
+    """The baseline won at 16: that slot runs 0 steps, which still pays the draft extend
+    unless SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1: the env file says so."""
+    study = stored_study(tmp_path, base16=420.0)
+    out = tmp_path / "out" / "best.yaml"
+    proc = run_cli("export", "--study", str(study), "--adaptive", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    js = json.loads(out.with_suffix(".adaptive.json").read_text())
+    assert js["16"] == {"candidate_steps": [0]}
+    env = out.with_suffix(".env").read_text().splitlines()
+    assert "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1" in env
+    assert "export SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1" in out.with_suffix(
+        ".sh").read_text().splitlines()
+    args = yaml.safe_load(out.read_text())
+    env_vars = {"SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND": "1"}
+    at16 = expected_throughput("demo", args, env_vars, concurrency=16)
+    assert at16.steps == 0
+    without = expected_throughput("demo", args, {}, concurrency=16)
+    assert (without.tok_s or 0) < (at16.tok_s or 0)  # what the env var is for
 
 
 def test_adaptive_export_checks_the_hosts_sglang_has_the_flags(tmp_path: Path) -> None:

@@ -154,13 +154,18 @@ def bench(
 
 
 def _is_simulated(url: str) -> bool:
-    """The simulator says what it is in /get_model_info; real SGLang does not."""
+    """The simulator says what it is in /model_info; real SGLang does not. (/model_info is
+    0.5.23's name; /get_model_info, which it logs a deprecation for, only on older builds.)"""
     import httpx
 
-    try:
-        return bool(httpx.get(f"{url}/get_model_info", timeout=5).json().get("simulated"))
-    except (httpx.HTTPError, ValueError, AttributeError):
-        return False
+    for path in ("/model_info", "/get_model_info"):
+        try:
+            r = httpx.get(f"{url}{path}", timeout=5)
+            if r.status_code == 200:
+                return bool(r.json().get("simulated"))
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return False
+    return False
 
 
 @app.command(name="trust-host")

@@ -81,6 +81,7 @@ class _Runner:
         self._check = check_server
         self._check_lock = threading.Lock()  # check_server may be called from worker threads
         self.model: str | None = spec.model
+        self._info_path: str | None = None  # the server-info endpoint this server answers
 
     def check_server(self) -> None:
         if self._check is not None:
@@ -228,8 +229,14 @@ class _Runner:
         return r.status_code == 200
 
     def server_accept_length(self) -> float | None:
-        """avg_spec_accept_length of DP rank 0; None when absent or not speculative."""
-        for path in ("/get_server_info", "/server_info"):
+        """avg_spec_accept_length of DP rank 0; None when absent or not speculative.
+
+        /server_info is the current name; builds before it answer only /get_server_info,
+        which 0.5.23 still serves with a deprecation warning in its log on every call: the
+        old name is asked only when the new one is missing, and the answer is remembered.
+        """
+        paths = [self._info_path] if self._info_path else ["/server_info", "/get_server_info"]
+        for path in paths:
             try:
                 r = self.client.get(f"{self.base}{path}", timeout=self.spec.connect_timeout)
                 if r.status_code != 200:
@@ -239,6 +246,7 @@ class _Runner:
                 continue  # a probe must never fail the benchmark
             if not isinstance(info, dict):
                 continue
+            self._info_path = path
             if "speculative_algorithm" in info and not info["speculative_algorithm"]:
                 return None
             states = info.get("internal_states") or [{}]
@@ -248,6 +256,21 @@ class _Runner:
             val = rank0.get("avg_spec_accept_length")
             return float(val) if isinstance(val, int | float) and val > 0 else None
         return None
+
+
+def rounds_accept_length(readings: list[tuple[float | None, int]]) -> float | None:
+    """The measured rounds' accept length from per-round server readings.
+
+    SGLang 0.5.23 zeroes its accept counters on every /flush_cache and adds to them only at
+    each decode log line, so a reading taken after a round holds that round's logged
+    intervals (the last --decode-log-interval - 1 iterations not yet counted; a round
+    shorter than one interval reports nothing). Rounds are pooled as tokens / verify steps:
+    sum(tokens) / sum(tokens / accept length) over the rounds that reported.
+    """
+    usable = [(a, t) for a, t in readings if a is not None and a > 0 and t > 0]
+    if not usable:
+        return None
+    return sum(t for _, t in usable) / sum(t / a for a, t in usable)
 
 
 def _fmt_run(run: RunResult, label: str) -> str:
@@ -313,14 +336,26 @@ def run_benchmark(
         a_start = runner.server_accept_length()
         warm: list[RunResult] = []
         unflushed = 0
+        # a server whose accept average a flush empties (0.5.23) is read after every round
+        per_round: list[tuple[float | None, int]] | None = None
+        decided = False
 
         def one_round(index: int, warmup: bool) -> RunResult:
             """A round from an empty cache (benchmark.flush_cache), the server checked."""
-            nonlocal unflushed
+            nonlocal unflushed, per_round, decided
             runner.check_server()
-            unflushed += not runner.flush_cache()
-            return runner.run_round(pool, index, warmup=warmup,
-                                    prompt_round=first_round + index)
+            flushed = runner.flush_cache()
+            unflushed += not flushed
+            if not warmup and not decided and flushed and spec.flush_cache:
+                # first measured round: did the flush empty the server's accept average?
+                decided = True
+                per_round = [] if runner.server_accept_length() is None else None
+            run = runner.run_round(pool, index, warmup=warmup,
+                                   prompt_round=first_round + index)
+            if per_round is not None and not warmup:
+                per_round.append((runner.server_accept_length(),
+                                  sum(r.completion_tokens for r in run.requests)))
+            return run
 
         for w in range(spec.warmup):
             warm.append(one_round(w, warmup=True))
@@ -346,6 +381,9 @@ def run_benchmark(
         return sum(r.completion_tokens for run in rs for r in run.requests)
 
     accept, source = window_accept_length(a_start, a_before, a_after, tokens(warm), tokens(runs))
+    if per_round is not None:
+        accept = rounds_accept_length(per_round)
+        source = "server_rounds" if accept is not None else "none"
     hist: list[int] | None = None
     measured = [r for run in runs for r in run.requests if r.ok]
     verify = sum(r.spec_verify_ct or 0 for r in measured)

@@ -218,7 +218,11 @@ def _from_arg_check(line: str, frame: str | None) -> bool:
     taken as one too: SGLang validates speculative flags with asserts, and a log tail can
     start below the traceback's frames."""
     if frame is not None:
-        return frame.endswith("server_args.py") or "/arg_groups/" in frame
+        # also the --config merger (utils/server_args_config_parser.py: "Unsupported config
+        # option ...") and the algorithm name check (speculative/spec_info.py: "Unknown
+        # speculative algorithm name: ..."), both raised while the arguments are read
+        return (frame.endswith(("server_args.py", "server_args_config_parser.py",
+                                "speculative/spec_info.py")) or "/arg_groups/" in frame)
     return line.startswith("AssertionError")
 
 

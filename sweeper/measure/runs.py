@@ -127,7 +127,7 @@ class BenchResult:
     started_at: str
     duration_s: float
     accept_length: float | None = None
-    accept_length_source: str = "none"  # generate_meta | window | cumulative | none
+    accept_length_source: str = "none"  # generate_meta | server_rounds | window | cumulative | none
     accept_length_server: dict[str, float | None] = field(default_factory=dict)
     accept_histogram: list[int] | None = None
     per_position_acceptance: list[float | None] | None = None

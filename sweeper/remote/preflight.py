@@ -6,6 +6,7 @@ launcher's own ``--help`` on the host, not a list kept here.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 from collections.abc import Collection, Mapping
@@ -13,6 +14,15 @@ from dataclasses import dataclass
 
 from sweeper.errors import CommandTimeout, PortBusy, PreflightError
 from sweeper.remote.host import Host
+from sweeper.study import StudySpec
+
+# Space dimensions only some SGLang builds have a flag for: where the host's --help lacks
+# the flag, the dimension leaves the space (with this reason) instead of refusing the study.
+OPTIONAL_DIMENSIONS: dict[str, str] = {
+    "speculative-draft-tp-size": (
+        "upstream SGLang (0.5.23) has no draft-TP flag: the draft runs in the attention-TP "
+        "group; `attn-dp-size` is how to move it"),
+}
 
 # Every long option argparse prints, e.g. "--tp-size TP_SIZE, --tp TP".
 _FLAG = re.compile(r"(?<![\w-])--([A-Za-z0-9][A-Za-z0-9_-]*)")
@@ -28,11 +38,63 @@ class PreflightReport:
     gpu_count: int | None  # None: no nvidia-smi on the host (fine for the simulator)
     port: int
     port_held_by_own_server: bool
+    deprecated: frozenset[str] = frozenset()  # flags whose help says "Deprecated"
+
+    def build_attrs(self, version: str | None) -> dict[str, object]:
+        """What an export needs to know of the build (stored with the study)."""
+        return {"sglang_version": version, "help_flags": sorted(self.help_flags),
+                "deprecated_flags": sorted(self.deprecated)}
 
 
 def help_flags(help_text: str) -> frozenset[str]:
     """Long option names (without ``--``) that an argparse help text lists."""
     return frozenset(_FLAG.findall(help_text))
+
+
+# An option's entry in argparse's help: "  --name VALUE, --alias VALUE   help text...".
+_ENTRY = re.compile(r"^ {2}(-\S.*)$")
+
+
+def deprecated_flags(help_text: str) -> frozenset[str]:
+    """Options whose help text starts with "Deprecated" (SGLang's retired flags: their
+    --config key is refused, so an export must not write them)."""
+    out: set[str] = set()
+    entries: list[list[str]] = []
+    for line in help_text.splitlines():
+        if _ENTRY.match(line):
+            entries.append([line.strip()])
+        elif entries and line.startswith("   "):
+            entries[-1].append(line.strip())
+        else:
+            entries.append([]) if line.strip() else None
+    for entry in entries:
+        if not entry:
+            continue
+        head, _, rest = entry[0].partition("  ")  # options, then two spaces, then help
+        words = " ".join([rest.strip(), *entry[1:]]).lstrip("( ")
+        if words.lower().startswith("deprecated"):
+            out.update(_FLAG.findall(head))
+    return frozenset(out)
+
+
+_VERSION = re.compile(r"SGLang (\d+\.\d+\.\d+\S*)")
+
+
+def sglang_version(host: Host, python: str | None, help_text: str) -> str | None:
+    """The host's SGLang version: the one the launcher's help names (the simulator says
+    which SGLang it speaks), else the installed package's; None when neither tells."""
+    found = _VERSION.search(help_text)
+    if found:
+        return found.group(1)
+    if python:
+        try:
+            result = host.run([python, "-c", "import importlib.metadata as m; "
+                               "print(m.version('sglang'))"], timeout=60)
+            if result.exit_code == 0 and result.stdout.strip():
+                return result.stdout.strip().splitlines()[-1]
+        except CommandTimeout:
+            pass
+    return None
 
 
 def preflight(
@@ -44,6 +106,7 @@ def preflight(
     *,
     owned_pgids: Collection[int] = frozenset(),
     help_timeout: float = 180.0,
+    help_text: str | None = None,
 ) -> PreflightReport:
     """Check, in order: the host answers; ``launcher --help`` runs; every flag the study can
     emit (dashed names without ``--``; a mapping flag -> study parameter names the
@@ -54,7 +117,9 @@ def preflight(
     host itself (unreachable, connection lost).
     """
     host.check_alive()
-    available = launcher_flags(host, launcher_argv, help_timeout)
+    if help_text is None:  # ``help_text``: the same host's --help, already read
+        help_text = launcher_help(host, launcher_argv, help_timeout)
+    available = help_flags(help_text)
     command = shlex.join([*launcher_argv, "--help"])
     _require(host, command, flags, available)
     gpu_count = _gpu_count(host)
@@ -77,6 +142,7 @@ def preflight(
         gpu_count=gpu_count,
         port=port,
         port_held_by_own_server=owned,
+        deprecated=deprecated_flags(help_text),
     )
 
 
@@ -91,8 +157,33 @@ def require_flags(host: Host, launcher_argv: list[str],
     return available
 
 
+def optional_dimensions(spec: StudySpec) -> list[str]:
+    """The study's space dimensions whose flag only some builds have."""
+    return [name for name in spec.space if name in OPTIONAL_DIMENSIONS]
+
+
+def drop_unavailable(spec: StudySpec, available: frozenset[str]
+                     ) -> tuple[StudySpec, list[str]]:
+    """The study without the optional dimensions this build's --help lacks (from the space
+    and every start_from entry), and one line per dimension saying why."""
+    gone = [name for name in optional_dimensions(spec) if name not in available]
+    if not gone:
+        return spec, []
+    space = {k: v for k, v in spec.space.items() if k not in gone}
+    start_from = [{k: v for k, v in entry.items() if k not in gone}
+                  for entry in spec.start_from]
+    notes = [f"space: {name} taken out: this host's SGLang has no --{name} "
+             f"({OPTIONAL_DIMENSIONS[name]})" for name in gone]
+    return dataclasses.replace(spec, space=space, start_from=start_from), notes
+
+
 def launcher_flags(host: Host, launcher_argv: list[str], help_timeout: float) -> frozenset[str]:
     """Every long option ``launcher --help`` prints on the host."""
+    return help_flags(launcher_help(host, launcher_argv, help_timeout))
+
+
+def launcher_help(host: Host, launcher_argv: list[str], help_timeout: float) -> str:
+    """``launcher --help``'s text on the host; PreflightError when it does not run."""
     command = shlex.join([*launcher_argv, "--help"])
     # SGLang imports torch before printing help: tens of seconds on a cold node.
     try:
@@ -110,7 +201,7 @@ def launcher_flags(host: Host, launcher_argv: list[str], help_timeout: float) ->
             + (f": {detail}" if detail else "")
             + "; check the study's server.launcher and python"
         )
-    return help_flags(result.stdout + "\n" + result.stderr)
+    return result.stdout + "\n" + result.stderr
 
 
 def _require(host: Host, command: str, flags: Collection[str] | Mapping[str, str],

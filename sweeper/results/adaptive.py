@@ -1,11 +1,16 @@
 """SGLang's adaptive speculative decoding from a study's per-level winners.
 
-SGLang (0.5.2x) can switch speculative steps by running batch size itself:
-``--speculative-adaptive --speculative-adaptive-config PATH``, where PATH is a JSON object
-keyed by batch size, each slot listing its ``candidate_steps`` (0 = no drafting at that
-batch size), e.g. ``{"1": {"candidate_steps": [1, 3, 7]}}``. A running batch is served by
-the slot with the largest key not above its (graph-padded) size, so a slot keyed by a
-measured concurrency covers the batch sizes from it up to the next level.
+SGLang (0.5.2x; 0.5.23's speculative/adaptive_spec_params.py) can switch speculative steps
+by running batch size itself: ``--speculative-adaptive --speculative-adaptive-config PATH``,
+where PATH is a JSON object keyed by batch size, each slot listing its ``candidate_steps``
+(0 = no drafting at that batch size), e.g. ``{"1": {"candidate_steps": [1, 3, 7]}}``;
+top-level keys that are not integers (``ema_alpha``...) are merged into every slot. A
+running batch is first padded up to the next captured CUDA-graph batch size and then served
+by the slot with the largest key at or below that padded size: a slot keyed by a measured
+concurrency C serves every batch that pads to C or more (so some batches below C too, e.g.
+9..16 with graphs at 8 and 16), up to the next level's. A 0-step slot still runs the
+draft's extend pass each iteration unless ``SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1`` is
+in the server's environment: the export puts it there whenever it writes a 0-step slot.
 
 Adaptive mode runs EAGLE/EAGLE3 with topk 1 only, and it switches steps, nothing else: so
 it can stand for the per-level winners only when they are topk-1 configurations that differ
@@ -24,6 +29,7 @@ from sweeper.errors import InputError
 from sweeper.study import DRAFT, STEPS, TOPK
 
 FLAGS = ("speculative-adaptive", "speculative-adaptive-config")
+SKIP_ZERO_STEP_ENV = "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND"
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,10 @@ class AdaptivePlan:
     @property
     def steps_by_level(self) -> dict[int, int]:
         return {int(k): v["candidate_steps"][0] for k, v in self.config.items()}
+
+    @property
+    def has_zero_step_slot(self) -> bool:
+        return any(0 in v["candidate_steps"] for v in self.config.values())
 
 
 def plan(winners: Mapping[int, Mapping[str, Any]], where: str) -> AdaptivePlan:

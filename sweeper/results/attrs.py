@@ -83,6 +83,7 @@ SPACE = "sweeper:space"  # the search space's signature: a changed space is refu
 OBJECTIVE = "sweeper:objective"  # levels + objective (Objective.signature): a change is refused
 SIMULATED = "sweeper:simulated"  # the study runs on the simulated server
 CONFIRMED = "sweeper:confirmed"  # the confirm phase's verdict
+BUILD = "sweeper:build"  # the host's SGLang: version, --help flags, deprecated flags
 KEPT_SERVER = "sweeper:kept_server"  # the server --keep-best left running
 # The export command that reads this sweep back (the study as given, the storage when not
 # the study file's): the dashboard note's "Export it" hint, set by `optimize`

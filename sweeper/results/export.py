@@ -1,8 +1,13 @@
-"""Export the best configuration as SGLang's launch YAML (+ an env file beside it).
+"""Export the best configuration as SGLang's launch YAML (+ the environment beside it).
 
-Secrets are written as references, never as values (sweeper/launch.py): the env file reads
-each one from the environment (``export HF_TOKEN="${HF_TOKEN:?...}"``), a secret flag is
-left out of the YAML and the printed launch command passes it from its variable
+The YAML holds only flags the host's build takes in a --config file (results/exportable.py:
+its --help as the preflight stored it, never a deprecated action, no sweep-only port/host)
+under a header naming the SGLang version, GPU and benchmark the winner was measured under.
+The environment goes to ``best.env`` as plain ``NAME=value`` lines (``docker --env-file``,
+systemd ``EnvironmentFile=``) and to ``best.sh``, a shell-sourceable copy the printed launch
+command uses. Secrets are written as references, never as values (sweeper/launch.py): a
+bare ``NAME`` line in best.env, ``export HF_TOKEN="${HF_TOKEN:?...}"`` in best.sh; a secret
+flag is left out of the YAML and the launch command passes it from its variable
 (``--api-key "$SGLANG_API_KEY"``). One line of the output says which variables to set.
 """
 
@@ -19,7 +24,9 @@ from sweeper.errors import InputError
 from sweeper.launch import LaunchConfig, secret_variable
 from sweeper.results import attrs as A
 from sweeper.results.adaptive import FLAGS as ADAPTIVE_FLAGS
+from sweeper.results.adaptive import SKIP_ZERO_STEP_ENV
 from sweeper.results.adaptive import plan as adaptive_plan
+from sweeper.results.exportable import Build, for_build
 from sweeper.results.headline import Headline
 from sweeper.results.storage import load_existing
 
@@ -33,6 +40,17 @@ class Exported:
     yaml_path: Path
     env_path: Path | None
     lines: list[str] = field(default_factory=list)
+    shell_path: Path | None = None
+
+
+def measured_under(spec: StudySpec, build: Build, gpu: str | None) -> str:
+    """The header line of what the winner was measured under."""
+    b = spec.benchmark
+    levels = b.concurrency if isinstance(b.concurrency, list) else [b.concurrency]
+    return (f"measured under: SGLang {build.version or 'version unknown'}, "
+            f"GPU {gpu or 'unknown'}, benchmark {b.api} API, {b.max_tokens} new tokens, "
+            f"concurrency {', '.join(map(str, levels))}, prompts {b.prompts}, "
+            f"{b.runs} runs a trial")
 
 
 def _chosen(spec: StudySpec, headline: Headline, at: int | None) -> tuple[ConfigResult,
@@ -91,9 +109,14 @@ def export_best(spec: StudySpec, storage_url: str, output: Path, *, at: int | No
                           str(spec.path))
         json_path = output.with_suffix(".adaptive.json")
         config = space.launch_config(p.effective)
+        env = dict(config.env)
+        if p.has_zero_step_slot:
+            # a 0-step slot still runs the draft extend unless this is set: slower than
+            # the no-speculation baseline it was measured as (eagle_worker_v2)
+            env[SKIP_ZERO_STEP_ENV] = "1"
         config = LaunchConfig(config.launcher, {**config.args, "speculative-adaptive": True,
                                                 "speculative-adaptive-config":
-                                                    str(json_path.resolve())}, config.env)
+                                                    str(json_path.resolve())}, env)
         if check_flags is not None:
             check_flags(list(ADAPTIVE_FLAGS))  # before anything is written
         chosen = [f"Adaptive: steps by batch size {p.steps_by_level} (the winner per level; "
@@ -106,37 +129,63 @@ def export_best(spec: StudySpec, storage_url: str, output: Path, *, at: int | No
         first = next(t for t in trials if t.number == best.trials[0])
         config = space.baseline_config() if best.is_baseline else \
             space.launch_config(space.effective(first.params))
+    build = Build.of(study.user_attrs.get(A.BUILD))
+    exportable = for_build(config, build)
+    config = exportable.config
+    winner = headline.best if not adaptive and headline.best is not None else None
+    if adaptive:
+        winner = next(iter(headline.per_level.values()), None)
+    # the GPU type the winner's host reported (its group); a confirm-phase trial may not
+    # carry it, another measurement of the same configuration does
+    numbers = set(winner.trials) if winner is not None else set()
+    gpu = next((t.user_attrs[A.GROUP] for t in trials
+                if t.number in numbers and t.user_attrs.get(A.GROUP)), None)
+    if gpu is None and winner is not None:
+        gpu = next((t.user_attrs[A.GROUP] for t in trials
+                    if t.user_attrs.get(A.CONFIG_ID) == winner.config_id
+                    and t.user_attrs.get(A.GROUP)), None)
     output.parent.mkdir(parents=True, exist_ok=True)
     if json_path is not None:
         # one slot per line: {"1": {"candidate_steps": [3]}, ...}
         json_path.write_text("{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}"
                                                  for k, v in p.config.items()) + "\n}\n")
     header = "".join(f"# {line}\n" for line in
-                     [f"sweeper export of study {spec.name!r}", *chosen])
+                     [f"sweeper export of study {spec.name!r}", *chosen,
+                      measured_under(spec, build, gpu), *exportable.notes])
     if study.user_attrs.get(A.SIMULATED):
         header += "# measured on the SIMULATED SGLang server (a test double), not real hardware\n"
     secrets = config.secret_names()
     for flag in config.secret_flags():
         header += (f"# --{flag} is a secret, left out: the launch command passes it from "
                    f"${secret_variable(flag)}\n")
+    try:
+        plain_env = config.plain_env_file() if config.env else None
+    except ValueError as exc:
+        raise InputError(f"{spec.path}: {exc}") from None
     output.write_text(header + config.sglang_yaml(redact=True))
-    env_path = None
+    env_path = shell_path = None
     if config.env or secrets:
+        shell_path = output.with_suffix(".sh")
+        shell_path.write_text(config.env_file(redact=True))
+    if plain_env is not None:
         env_path = output.with_suffix(".env")
-        env_path.write_text(config.env_file(redact=True))
+        env_path.write_text(plain_env)
     launcher = shlex.join(config.launcher_argv(spec.hosts[0].python or "python3"))
     cmd = " ".join(filter(None, [launcher, "--config", shlex.quote(str(output)),
                                  config.secret_argv()]))
-    if env_path is not None:
-        cmd = f"(set -a; . {shlex.quote(str(env_path))}; set +a; {cmd})"
-    also = [str(p) for p in (env_path, json_path) if p is not None]
+    if shell_path is not None:
+        cmd = f"(set -a; . {shlex.quote(str(shell_path))}; set +a; {cmd})"
+    also = [str(p) for p in (env_path, shell_path, json_path) if p is not None]
     lines = [f"wrote {output}" + (f" and {' and '.join(also)}" if also else ""),
              *chosen,
              f"launch: {cmd}"]
     if json_path is not None:
         lines.append(f"copy {json_path.name} with the YAML: its speculative-adaptive-config "
                      f"points at {json_path.resolve()}")
+    if env_path is not None:
+        lines.append(f"{env_path.name}: for docker run --env-file or systemd "
+                     f"EnvironmentFile=; {shell_path.name if shell_path else ''}: for a shell")
     if secrets:
         lines.append(f"secrets are not written: set {', '.join(secrets)} before launching "
-                     f"(or write them into {env_path})")
-    return Exported(output, env_path, lines)
+                     f"(or write them into {shell_path})")
+    return Exported(output, env_path, lines, shell_path)

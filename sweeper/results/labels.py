@@ -16,6 +16,7 @@ KNOBS: dict[str, tuple[str, str, str]] = {
     "speculative-eagle-topk": ("topk", "k", "topk"),
     "speculative-num-draft-tokens": ("draft", "d", "draft tokens"),
     "speculative-draft-tp-size": ("draft-tp", "tp", "draft TP"),
+    "attn-dp-size": ("attn-dp", "dp", "attention DP"),
 }
 
 

@@ -28,7 +28,15 @@ from sweeper.errors import (
 )
 from sweeper.launch import LaunchConfig
 from sweeper.remote import Host
-from sweeper.remote.preflight import preflight
+from sweeper.remote.preflight import (
+    PreflightReport,
+    drop_unavailable,
+    help_flags,
+    launcher_help,
+    optional_dimensions,
+    preflight,
+    sglang_version,
+)
 from sweeper.remote.server import ServerHandle
 from sweeper.remote.workdir import remove_run_dir, run_dir, worker_marker
 from sweeper.results import attrs as A
@@ -113,7 +121,7 @@ class HostSession:
         self.opened = False
         self.lock: StudyLock | None = None
         self.runner: TrialRunner | None = None  # the real measurer, once opened on a host
-        self.preflight: object = None
+        self.preflight: PreflightReport | None = None
         if host is not None:
             self.host = host
         if host is not None or python is not None:
@@ -126,9 +134,16 @@ class HostSession:
         """Everything that can refuse the study runs before anything is written.
         ``fresh`` deletes the stored study first, only once all checks have passed and
         ``allow_delete(number of trials)`` agreed (the CLI asks the user)."""
-        sampler = study_sampler(self.spec, self.options, self.space)
         if self._given is None:
             self.host, self.python = open_host(self.spec)
+        self.help_text: str | None = None
+        if optional_dimensions(self.spec):  # a dimension only some builds have a flag for
+            self.help_text = self._launcher_help()
+            self.spec, notes = drop_unavailable(self.spec, help_flags(self.help_text))
+            self.space = SearchSpace(self.spec)
+            for note in notes:
+                self.report.line(note)
+        sampler = study_sampler(self.spec, self.options, self.space)
         hspec = self.spec.hosts[0]
         self.workdir = run_dir(hspec.workdir, self.storage_url, self.spec.name)
         # What collides on a host is a port: the lock and the servers' marker name the host
@@ -170,11 +185,13 @@ class HostSession:
             raise InputError(f"{self.spec.path}: no study {self.spec.name!r} in "
                              f"{public_url(self.storage_url)} yet; run `sweeper optimize` first")
         if not require_existing:
+            self.help_text = self.help_text or self._launcher_help()
             try:
                 self.preflight = preflight(
                     self.host, LaunchConfig(self.spec.server.launcher).launcher_argv(self.python),
                     self.space.emitted_flags(), self.spec.server.port, self.spec.server.host,
-                    owned_pgids=owned_pgids(study) if study is not None else frozenset())
+                    owned_pgids=owned_pgids(study) if study is not None else frozenset(),
+                    help_text=self.help_text)
             except PortBusy as exc:  # before the first restart, a busy port is the user's to fix
                 raise PreflightError(str(exc)) from exc
         if fresh and study is not None:
@@ -190,8 +207,24 @@ class HostSession:
         if storage is None:
             storage = open_storage(self.storage_url)
         study = create_study(storage, self.spec, self.space, sampler, self.summary.simulated)
+        if isinstance(self.preflight, PreflightReport):
+            # what exports need: the build's flags, its retired ones, its version
+            study.set_user_attr(A.BUILD, self.preflight.build_attrs(sglang_version(
+                self.host, self.python, self.help_text or "")))
         self._adopt(study, storage)
         return study
+
+    def _launcher_help(self) -> str:
+        """``launcher --help`` on the host, read once: the preflight and the dimensions
+        only some builds have a flag for (remote/preflight.OPTIONAL_DIMENSIONS)."""
+        try:
+            self.host.check_alive()
+        except InfrastructureError as exc:
+            raise InputError(f"{self.spec.path}: hosts[0].ssh: {self.spec.hosts[0].ssh}: {exc}; "
+                             "check the address, your ~/.ssh/config and that the node is up"
+                             ) from exc
+        return launcher_help(self.host, LaunchConfig(self.spec.server.launcher)
+                             .launcher_argv(self.python), 180.0)
 
     def attach(self, study: optuna.Study, storage: optuna.storages.BaseStorage,
                measurer: Measurer, host: Host) -> None:

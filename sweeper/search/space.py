@@ -69,6 +69,8 @@ DRAFT_POSITION = f"{DRAFT}{BRANCH_SEP}position"  # draft tokens, shared by every
 _POSITION_DIST = FloatDistribution(0.0, 1.0)
 
 _MISSING = object()
+# dimensions the preflight may take out of a sweep (remote/preflight.OPTIONAL_DIMENSIONS)
+_OPTIONAL = frozenset({"speculative-draft-tp-size"})
 
 
 def user_name(internal: str) -> str:
@@ -163,8 +165,9 @@ class SearchSpace:
         rules = spec.rules
         space = spec.space
         args = spec.server.args
+        # without the triple's rules (NGRAM), steps and draft tokens are plain flags
         self._plain: list[Slot] = [Slot(n, _distribution(p)) for n, p in space.items()
-                                   if n not in TRIPLE]
+                                   if n not in TRIPLE or not rules.active]
         self._topk: Slot | None = None
         self._steps: dict[int, Slot] = {}
         self._draft: dict[tuple[int, int], Slot] = {}
@@ -241,6 +244,9 @@ class SearchSpace:
                 return params[slot.name]
             if slot.legacy is not None and slot.legacy in params:
                 return slot.encode(params[slot.legacy])  # a trial of the per-branch space
+            if slot in self._plain and user_name(str(slot.name)) in _OPTIONAL:
+                # the preflight took this dimension out: the host's build lacks its flag
+                return _MISSING
             raise KeyError(f"trial parameters lack {slot.name!r}: was the study's space "
                            "changed after this trial ran?")
         return self._walk(pick)
@@ -325,6 +331,8 @@ class SearchSpace:
             if name.startswith(ENV_PREFIX):
                 if value != UNSET:
                     env[name[len(ENV_PREFIX):]] = render_value(value)
+            elif value is None:
+                args.pop(name, None)  # a null choice leaves the flag out (SGLang's default)
             else:
                 args[name] = value
         args["port"] = server.port

@@ -3,10 +3,12 @@
 It is a test double, never a measurement of real hardware: its first log line,
 /get_model_info, /get_server_info and its nvidia-smi stand-in say ``simulated``.
 
-``python -m sweeper.sim`` takes ``python -m sglang.launch_server``'s flags, among them
-``--speculative-adaptive`` / ``--speculative-adaptive-config PATH`` (SGLang's per-batch-size
-step switching, sweeper.sim.adaptive) and ``--api-key KEY``, plus
-``--speculative-draft-tp-size`` (some builds) and the simulator's own:
+``python -m sweeper.sim`` takes SGLang 0.5.23's launch flags (sweeper.sim.cli; checked
+against tests/fixtures/sglang-0.5.23-flags.json), among them ``--speculative-adaptive`` /
+``--speculative-adaptive-config PATH`` (SGLang's per-batch-size step switching,
+sweeper.sim.adaptive), ``--attn-dp-size N`` (attention DP: the draft runs in each group of
+tp/N GPUs) and ``--api-key KEY``; ``--speculative-draft-tp-size`` only when the profile
+declares a build that has it (``build: {draft_tp_flag: true}``); and the simulator's own:
 ``--sim-profile demo|kimi-k2.5-8xh200|PATH`` (bench/landscapes/ has more), ``--sim-seed N``,
 ``--sim-noise SCALE`` (0 = ground truth), ``--sim-startup-seconds S``,
 ``--sim-echo-env NAME`` (log NAME=<its value> at start-up, secrets included) and
@@ -30,13 +32,16 @@ so a client measuring it with ``--sim-noise 0`` at concurrency C sees ``expected
 Failure modes (both built-in profiles):
 - NCCL_ALGO=CollNetDirect or CollNetChain (no CollNet on the hardware), or an unknown
   NCCL_ALGO / NCCL_PROTO value: "NCCL error" after weight loading, exit 1;
-- NCCL_ALGO=NVLSTree together with --speculative-draft-tp-size 1: hangs after weight
-  loading, never healthy, until killed (the one documented hang);
+- NCCL_ALGO=NVLSTree together with a draft on one GPU (--attn-dp-size = --tp-size, or
+  --speculative-draft-tp-size 1 on a build that has it): hangs after weight loading, never
+  healthy, until killed (the one documented hang);
 - CUDA-graph memory (cuda-graph-max-bs x (draft tokens + steps x topk)) beyond what
   --mem-fraction-static leaves free: "Capture cuda graph failed" / torch.OutOfMemoryError,
   exit 1; too little left for the KV cache: "Not enough memory", exit 1;
-- SGLang's flag rules: unknown flag -> exit 2; steps/topk/draft tokens not all-or-none ->
-  AssertionError, exit 1; topk == 1 sets draft tokens = steps + 1 with SGLang's warning;
+- SGLang's flag rules: unknown flag -> exit 2 (--cuda-graph-max-bs: "ambiguous option");
+  topk or draft tokens without steps -> AssertionError, exit 1; topk == 1 sets draft tokens =
+  steps + 1 with SGLang's warning; DFLASH, DSPARK, UNO -> "Unknown speculative algorithm
+  name" (not simulated); --config FILE by SGLang's merger rules (sweeper.sim.config);
   a bad --speculative-adaptive-config (not a JSON object, no integer batch-size key, bad
   candidate_steps, launch steps not a candidate) -> SGLang's ValueError, exit 1;
   --speculative-adaptive with topk > 1 or a non-EAGLE algorithm -> SGLang's warning, static

@@ -50,6 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InvalidArgs as exc:
         fatal.invalid_args(log, exc)
         return 1
+    for note in ns.deprecations:  # SGLang warns while parsing, before anything else
+        log.warning(note)
     for warning in cfg.warnings:
         log.warning(warning)
     faults = active_faults(profile, cfg, cli_faults)
@@ -97,13 +99,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def server_args(ns: argparse.Namespace, cfg: SimConfig) -> dict[str, Any]:
     """SGLang's ServerArgs fields (underscored) after defaults and adjustments."""
-    args = {k: v for k, v in vars(ns).items() if not k.startswith("sim_") and k != "config"}
+    args = {k: v for k, v in vars(ns).items()
+            if not k.startswith("sim_") and k not in ("config", "deprecations")}
     args.update(
         tokenizer_path=ns.tokenizer_path or ns.model_path,
         served_model_name=ns.served_model_name or ns.model_path,
         tp_size=cfg.tp,
+        attn_dp_size=cfg.attn_dp,
+        dp_size=1,
+        enable_dp_attention=cfg.attn_dp > 1,  # resolved_dict reports it while DP attention runs
         mem_fraction_static=cfg.mem_fraction,
-        cuda_graph_max_bs=cfg.cuda_graph_max_bs,
+        cuda_graph_max_bs_decode=cfg.cuda_graph_max_bs,
+        disable_cuda_graph=not cfg.cuda_graph,
         max_running_requests=cfg.max_running,
         attention_backend=ns.attention_backend or "fa3",
         # SGLang turns the flag off (with a warning) where adaptive is unsupported
@@ -115,8 +122,9 @@ def server_args(ns: argparse.Namespace, cfg: SimConfig) -> dict[str, Any]:
             speculative_num_steps=cfg.steps,
             speculative_eagle_topk=cfg.topk,
             speculative_num_draft_tokens=cfg.draft_tokens,
-            speculative_draft_tp_size=cfg.draft_tp,
         )
+        if "speculative_draft_tp_size" in args:  # only a build that has the flag
+            args["speculative_draft_tp_size"] = cfg.draft_tp
     return args
 
 
@@ -205,10 +213,11 @@ def _start_and_serve(
         f"context_len={profile.defaults.context_length}"
     )
     engine.start()
+    state.startup_time = time.time()
     state.engine = engine
     log.info(f"INFO:     Started server process [{os.getpid()}]")
     log.info(f"INFO:     Uvicorn running on http://{ns.host}:{ns.port} (Press CTRL+C to quit)")
-    if not _warm_up(engine, stop):
+    if not ns.skip_server_warmup and not _warm_up(engine, stop):
         return 0
     state.ready.set()
     log.info("The server is fired up and ready to roll!")

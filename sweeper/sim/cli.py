@@ -1,81 +1,155 @@
-"""Command line of ``python -m sweeper.sim``: SGLang's launch flags, plus --sim-* knobs.
+"""Command line of ``python -m sweeper.sim``: SGLang 0.5.23's launch flags, plus --sim-* knobs.
 
-Flag names, types and argparse behaviour follow ``python -m sglang.launch_server`` (unknown
-flag -> "unrecognized arguments", exit 2), including ``--config FILE.yaml``: dashed keys,
-scalars -> ``--key value``, lists -> ``--key v1 v2``, ``flag: true`` for presence flags,
-nested maps refused; the command line overrides the file.
+Flag names, aliases, actions, choices and deprecations follow ``sglang serve`` 0.5.23
+(tests/fixtures/sglang-0.5.23-flags.json, recorded from SGLang's own argparse, is the
+reference a test checks this parser against). argparse behaves as SGLang's does: an
+unknown flag is "unrecognized arguments" (exit 2), a prefix of two flags is an "ambiguous
+option" (``--cuda-graph-max-bs``, renamed ``--cuda-graph-max-bs-decode`` / ``-prefill``),
+a deprecated flag warns and still works on the command line. ``--speculative-draft-tp-size``
+exists only when the profile declares a build that has it (``build.draft_tp_flag``).
+``--config FILE`` follows sweeper.sim.config (SGLang's merger rules).
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-import yaml
+from sweeper.sim.config import ConfigError, merge_config
+from sweeper.sim.profiles import Build, ProfileError, load_profile
 
 ATTENTION_BACKENDS = (
-    "triton", "torch_native", "flex_attention", "cutlass_mla", "fa3", "fa4", "flashinfer",
-    "flashmla", "trtllm_mla", "trtllm_mha", "dual_chunk_flash_attn", "aiter", "wave",
+    "triton", "torch_native", "flex_attention", "dsa", "nsa", "qsa", "dsv4", "compressed",
+    "fa3", "fa4", "flashinfer", "llada2_cfg_flashinfer", "flashmla", "trtllm_mla",
+    "cutedsl_mla", "tokenspeed_mla", "trtllm_mha", "hpc_ops", "minicpm_flashattn",
+    "minicpm_flashinfer", "aiter", "wave", "intel_amx", "ascend", "intel_xpu",
 )
-SPECULATIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
-# flags that are the simulator's own, not SGLang's: kept out of /get_server_info's args
+QUANTIZATIONS = (
+    "awq", "fp8", "mxfp8", "gptq", "gptq_marlin", "awq_marlin", "bitsandbytes", "gguf",
+    "modelopt", "modelopt_fp8", "modelopt_fp4", "nvfp4_online", "modelopt_mixed",
+    "petit_nvfp4", "w8a8_int8", "w8a8_fp8", "moe_wna16", "w4afp8", "mxfp4", "auto-round",
+    "auto-round-int8", "compressed-tensors", "modelslim", "mxfp_w4a8", "quark",
+    "quark_int4fp8_moe", "quark_mxfp4", "mlx_q4", "mlx_q8", "unquant", "humming",
+)
+DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+KV_CACHE_DTYPES = ("auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4",
+                   "fp4_mx_block16")
+CUDA_GRAPH_BACKENDS = ("full", "breakable", "disabled")
+# flags that are the simulator's own, not SGLang's: kept out of /server_info's args
 SIM_FLAGS = ("sim_profile", "sim_seed", "sim_noise", "sim_startup_seconds", "sim_echo_env",
-             "sim_fault", "config")
+             "sim_fault", "config", "deprecations")
 
 
-def build_parser() -> argparse.ArgumentParser:
+class DeprecatedStoreTrueAction(argparse.Action):
+    """SGLang's retired boolean: stores True, warns (the warning is logged at start-up)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, new_flag: str | None = None,
+                 nargs: int = 0, const: Any = True, default: Any = False,
+                 **kwargs: Any) -> None:
+        self.new_flag = new_flag
+        super().__init__(option_strings, dest, nargs=nargs, const=const, default=default,
+                         **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        replacement = f" Use '{self.new_flag}' instead." if self.new_flag else ""
+        notes = list(getattr(namespace, "deprecations", None) or [])
+        notes.append(f"'{option_string}' is deprecated and will be removed in a future "
+                     f"release.{replacement}")
+        namespace.deprecations = notes
+        setattr(namespace, self.dest, True)
+
+
+def build_parser(build: Build | None = None) -> argparse.ArgumentParser:
+    build = build or Build()
     p = argparse.ArgumentParser(
         prog="python -m sweeper.sim",
         description=(
-            "SIMULATED SGLang server (a test double for sweeper): SGLang's flags, HTTP API and "
-            "log lines with a modelled speed. Not a real inference server."
+            f"SIMULATED SGLang {build.version} server (a test double for sweeper): SGLang's "
+            "flags, HTTP API and log lines with a modelled speed. Not a real inference server."
         ),
     )
     add = p.add_argument
-    add("--model-path", type=str, required=True, help="Model weights path (only echoed).")
+    add("--model-path", "--model", type=str, help="Model weights path (only echoed).")
     add("--tokenizer-path", type=str, default=None)
     add("--served-model-name", type=str, default=None)
     add("--host", type=str, default="127.0.0.1")
     add("--port", type=int, default=30000)
     add("--tp-size", "--tensor-parallel-size", type=int, default=None, dest="tp_size",
         help="Tensor parallel degree (default: the sim profile's).")
+    add("--dp-size", "--data-parallel-size", type=int, default=1, dest="dp_size")
+    add("--attn-dp-size", "--attention-data-parallel-size", type=int, default=1,
+        dest="attn_dp_size",
+        help="Attention data parallelism: groups of tp/attn-dp-size GPUs each attend to "
+             "their own requests; an EAGLE-3 draft runs inside each group.")
+    add("--enable-dp-lm-head", action="store_true")
     add("--trust-remote-code", action="store_true")
-    add("--dtype", type=str, default="auto")
-    add("--kv-cache-dtype", type=str, default="auto")
+    add("--dtype", type=str, choices=DTYPES, default="auto")
+    add("--quantization", type=str, choices=QUANTIZATIONS, default=None)
+    add("--kv-cache-dtype", type=str, choices=KV_CACHE_DTYPES, default="auto")
     add("--context-length", type=int, default=None)
+    add("--page-size", type=int, default=None)
+    add("--device", type=str, default=None)
     add("--random-seed", type=int, default=None)
     add("--log-level", type=str, default="info")
+    add("--skip-server-warmup", action="store_true")
+    add("--enable-metrics", action="store_true")
     add("--api-key", type=str, default=None,
         help="Require 'Authorization: Bearer KEY' on every endpoint but /health*, /metrics.")
-    add("--speculative-algorithm", type=str.upper, choices=SPECULATIVE_ALGORITHMS, default=None)
-    add("--speculative-draft-model-path", type=str, default=None)
+    add("--speculative-algorithm", type=str, default=None)
+    add("--speculative-draft-model-path", "--speculative-draft-model", type=str, default=None)
     add("--speculative-draft-model-revision", type=str, default=None)
     add("--speculative-num-steps", type=int, default=None)
     add("--speculative-eagle-topk", type=int, default=None)
     add("--speculative-num-draft-tokens", type=int, default=None)
     add("--speculative-accept-threshold-single", type=float, default=1.0)
     add("--speculative-accept-threshold-acc", type=float, default=1.0)
-    add("--speculative-draft-tp-size", type=int, default=None,
-        help="Draft model TP degree (some SGLang builds); default: --tp-size.")
+    add("--speculative-attention-mode", type=str, choices=["prefill", "decode"],
+        default="prefill", help="Attention kernel mode of the target's verify forward.")
+    add("--speculative-draft-attention-backend", type=str, default=None)
+    add("--speculative-draft-model-quantization", type=str, choices=QUANTIZATIONS,
+        default=None)
+    if build.draft_tp_flag:
+        add("--speculative-draft-tp-size", type=int, default=None,
+            help="Draft model TP degree (this build only; upstream 0.5.23 has none).")
     add("--speculative-adaptive", action="store_true",
         help="Adjust speculative steps at runtime by running batch size (EAGLE/EAGLE3, topk 1).")
     add("--speculative-adaptive-config", type=str, default=None,
         help='JSON keyed by batch size, e.g. {"1": {"candidate_steps": [1, 3, 7]}}.')
+    add("--speculative-ngram-min-bfs-breadth", type=int, default=1)
+    add("--speculative-ngram-max-bfs-breadth", type=int, default=10)
+    add("--speculative-ngram-match-type", type=str, choices=["BFS", "PROB"], default="BFS")
+    add("--speculative-ngram-max-trie-depth", type=int, default=18)
+    add("--speculative-ngram-capacity", type=int, default=10000000)
     add("--mem-fraction-static", type=float, default=None)
-    add("--cuda-graph-max-bs", type=int, default=None)
+    add("--cuda-graph-config", type=str, default=None)
+    add("--cuda-graph-backend-decode", type=str, choices=CUDA_GRAPH_BACKENDS, default=None)
+    add("--cuda-graph-backend-prefill", type=str, choices=CUDA_GRAPH_BACKENDS, default=None)
+    add("--cuda-graph-max-bs-decode", type=int, default=None,
+        help="Largest decode batch run with a CUDA graph (larger batches run eager).")
+    add("--cuda-graph-max-bs-prefill", type=int, default=None)
+    add("--cuda-graph-bs-decode", type=int, nargs="+", default=None)
+    add("--disable-decode-cuda-graph", action="store_true")
     add("--max-running-requests", type=int, default=None)
     add("--chunked-prefill-size", type=int, default=None)
-    add("--disable-cuda-graph", action="store_true")
     add("--disable-custom-all-reduce", action="store_true")
     add("--enable-nccl-nvls", action="store_true")
     add("--enable-symm-mem", action="store_true")
     add("--enable-torch-symm-mem", action="store_true")
     add("--disable-overlap-schedule", action="store_true")
     add("--attention-backend", type=str, choices=ATTENTION_BACKENDS, default=None)
+    add("--decode-attention-backend", type=str, choices=ATTENTION_BACKENDS, default=None)
     add("--decode-log-interval", type=int, default=40)
-    add("--config", type=str, default=None, help="Read CLI options from a YAML file.")
+    add("--config", type=str, help="Read CLI options from a config file. Must be a YAML file "
+                                   "with configuration options.")
+    add("--disable-cuda-graph", action=DeprecatedStoreTrueAction,
+        new_flag="--cuda-graph-backend-{decode,prefill}=disabled",
+        help="Deprecated. Use --cuda-graph-backend-{decode,prefill}=disabled instead.")
+    add("--enable-dp-attention", action=DeprecatedStoreTrueAction,
+        new_flag="--attn-dp-size <dp-size>",
+        help="Deprecated. Use --attn-dp-size <dp-size> instead of "
+             "--dp-size <dp-size> --enable-dp-attention.")
     sim = p.add_argument_group("simulator (not SGLang flags)")
     sim.add_argument("--sim-profile", type=str, default="demo",
                      help="Built-in profile (demo, kimi-k2.5-8xh200) or a profile YAML path.")
@@ -94,55 +168,31 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def config_tokens(path: str, parser: argparse.ArgumentParser) -> list[str]:
-    """A --config YAML file as argv tokens, by SGLang's rules."""
+def _profile_build(argv: Sequence[str]) -> Build:
+    """The build the profile declares (its flag set); a bad profile is reported later."""
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--sim-profile", default="demo")
+    known, _ = pre.parse_known_args(list(argv))
     try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        parser.error(f"argument --config: cannot read {path}: {exc}")
-    if data is None:
-        return []
-    if not isinstance(data, dict):
-        parser.error(f"argument --config: {path} must be a mapping of flag names to values")
-    tokens: list[str] = []
-    for key, value in data.items():
-        flag = f"--{key}"
-        if isinstance(value, dict):
-            parser.error(f"argument --config: {path}: nested maps are not supported ({key})")
-        if value is True:
-            tokens.append(flag)
-        elif value is False or value is None:
-            continue
-        elif isinstance(value, list):
-            tokens += [flag, *(str(v) for v in value)]
-        else:
-            tokens += [flag, str(value)]
-    return tokens
+        return load_profile(known.sim_profile).build
+    except ProfileError:
+        return Build()
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    """Parse like SGLang: --config contents first, so the command line overrides them."""
-    parser = build_parser()
+    """Parse like ``sglang serve``: the --config file's flags first, the command line after."""
     argv = list(argv)
-    rest: list[str] = []
-    path = None
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        if token == "--config":
-            if i + 1 >= len(argv):
-                parser.error("argument --config: expected one argument")
-            path = argv[i + 1]
-            i += 2
-            continue
-        if token.startswith("--config="):
-            path = token.split("=", 1)[1]
-        else:
-            rest.append(token)
-        i += 1
-    merged = (config_tokens(path, parser) if path else []) + rest
+    parser = build_parser(_profile_build(argv))
+    try:
+        merged = merge_config(parser, argv)
+    except ConfigError as exc:
+        # SGLang raises before logging is set up: a bare traceback, exit 1
+        raise SystemExit(exc.report()) from None
     ns = parser.parse_args(merged)
-    ns.config = path
+    if ns.model_path is None:
+        parser.error("the following arguments are required: --model-path")
+    if not hasattr(ns, "deprecations"):
+        ns.deprecations = []
     return ns
 
 

@@ -139,10 +139,14 @@ class Engine:
         self._thread = threading.Thread(target=self._run, name="sim-scheduler", daemon=True)
         self._next_rid = 0
         self._cycle_cache: dict[tuple[int, int], float] = {}
-        # cumulative since boot, like SGLang's scheduler metrics
+        self._window = _Window()
+        # cumulative like SGLang 0.5.23's metrics reporter: added to at each decode log line
+        # (so /server_info lags the window not yet logged), zeroed by a cache flush
         self.verify_ct_total = 0
         self.verify_tokens_total = 0
         self.last_gen_throughput = 0.0
+        self._forward_ct = 0
+        self._log_tic = time.monotonic()
 
     # ------------------------------------------------------------ public
 
@@ -166,11 +170,22 @@ class Engine:
         with self._cond:
             return bool(self._pending or self._running)
 
-    def avg_accept_length(self) -> float:
+    def avg_accept_length(self) -> float | None:
+        """avg_spec_accept_length: None until a decode log line has counted a verify."""
         with self._cond:
             if not self.verify_ct_total:
-                return 1.0
+                return None
             return self.verify_tokens_total / self.verify_ct_total
+
+    def flush(self) -> bool:
+        """Scheduler.flush_cache: only when idle; resets the metrics reporter's counters."""
+        with self._cond:
+            if self._pending or self._running:
+                return False
+            self.verify_ct_total = self.verify_tokens_total = 0
+            self._forward_ct = 0
+            self._window.restart()
+            return True
 
     def submit(
         self, prompt_seed: int, prompt_tokens: int, max_new: int, natural: int | None,
@@ -246,8 +261,7 @@ class Engine:
 
     def _loop(self) -> None:
         clock = time.monotonic()
-        forward_ct = 0
-        window = _Window()
+        window = self._window
         while not self._stop.is_set():
             with self._cond:
                 self._running = [r for r in self._running if not r.cancelled]
@@ -309,9 +323,6 @@ class Engine:
                     n = accepted + 1
                     window.verify_ct += 1
                     window.verify_tokens += n
-                    with self._cond:
-                        self.verify_ct_total += 1
-                        self.verify_tokens_total += n
                 elif req.patterns is not None:
                     accepted_all.append(0)  # a no-drafting cycle of an adaptive server
                 n = min(n, req.limit - req.produced)
@@ -325,8 +336,10 @@ class Engine:
                     old, new_steps, ema = switch
                     self.log.info(f"Adaptive spec params updated: steps {old} -> {new_steps} "
                                   f"(ema_accept_len={ema:.2f})")
-            forward_ct += 1
-            if forward_ct % self.decode_log_interval == 0:
+            with self._cond:
+                self._forward_ct += 1
+                log_now = self._forward_ct % self.decode_log_interval == 0
+            if log_now:
                 self._log_decode(running, queued, window)
 
     def _emit(self, req: Request, n: int) -> None:
@@ -347,8 +360,12 @@ class Engine:
             )
 
     def _log_decode(self, running: list[Request], queued: int, window: _Window) -> None:
-        # busy time, not wall time: idle gaps between benchmark runs are not decode time
-        gen = window.tokens / max(window.busy, 1e-9)
+        """SGLang 0.5.23's line (metrics_reporter.report_decode_stats): gen throughput over
+        the wall-clock gap since the last line, accept rate = correct drafts / (verifies x
+        (draft tokens - 1)), no trailing comma."""
+        now = time.monotonic()
+        gen = window.tokens / max(now - self._log_tic, 1e-9)
+        self._log_tic = now
         self.last_gen_throughput = gen
         tokens = sum(r.prompt_tokens + r.produced for r in running)
         graph = not model.eager(self.cfg, len(running))
@@ -358,10 +375,17 @@ class Engine:
         ]
         if self.cfg.speculative and window.verify_ct:
             accept = window.verify_tokens / window.verify_ct
-            rate = (accept - 1.0) / max(self.current_steps, 1)
+            draft_tokens = (self.current_steps + 1 if self.cfg.adaptive is not None
+                            else self.cfg.draft_tokens)
+            proposed = window.verify_ct * max(draft_tokens - 1, 0)
+            correct = window.verify_tokens - window.verify_ct
+            rate = correct / proposed if proposed else 0.0
             parts.append(f"accept len: {accept:.2f}, accept rate: {rate:.2f}, ")
+            with self._cond:
+                self.verify_ct_total += window.verify_ct
+                self.verify_tokens_total += window.verify_tokens
         parts.append(
-            f"cuda graph: {graph}, gen throughput (token/s): {gen:.2f}, #queue-req: {queued},"
+            f"cuda graph: {graph}, gen throughput (token/s): {gen:.2f}, #queue-req: {queued}"
         )
         self.log.info("".join(parts))
         window.restart()

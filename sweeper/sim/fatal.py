@@ -1,7 +1,7 @@
 """SGLang's fatal messages, as the sweeper's log classifier will meet them on real servers.
 
 Texts follow SGLang 0.5.x / PyTorch / NCCL output: the markers the sweeper matches
-(docs/SGLANG.md, "Log lines": the fatal markers) appear verbatim.
+(docs/SGLANG.md, "Log lines") appear verbatim.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ def invalid_args(log: SimLog, exc: InvalidArgs) -> None:
             f'  File "{_SGL}/speculative/adaptive_spec_params.py", line 141, in '
             "_load_adaptive_config\n"
         )
-    log.raw(f"Traceback (most recent call last):\n{frames}{exc.kind}: {exc}\n")
+    last = f"{exc.kind}: {exc}" if str(exc) else exc.kind  # a bare assert has no message
+    log.raw(f"Traceback (most recent call last):\n{frames}{last}\n")
 
 
 def scheduler_crash(log: SimLog) -> None:

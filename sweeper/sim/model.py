@@ -121,6 +121,7 @@ def depth_acceptance(profile: Profile, cfg: SimConfig, accept_factor: float = 1.
     """Conditional acceptance per depth, q_d, after trees, algorithm and noise."""
     s = profile.spec
     scale = s.algorithm_acceptance.get(cfg.algorithm or "", 1.0) * accept_factor
+    scale *= s.quantization_acceptance.get(cfg.draft_quantization, 1.0)
     probs = list(s.acceptance) or [0.5]
     out = []
     for d, m in enumerate(depth_candidates(cfg.steps, cfg.topk, cfg.draft_tokens)):
@@ -169,8 +170,14 @@ class AcceptPattern:
 # ---------------------------------------------------------------- timing
 
 
+def group_batch(cfg: SimConfig, batch: int) -> int:
+    """Requests one attention-DP group serves (all of them without DP attention)."""
+    return -(-batch // cfg.attn_dp)
+
+
 def eager(cfg: SimConfig, batch: int) -> bool:
-    return not cfg.cuda_graph or batch > cfg.cuda_graph_max_bs
+    # CUDA graphs are captured per rank: with DP attention, for the group's batch
+    return not cfg.cuda_graph or group_batch(cfg, batch) > cfg.cuda_graph_max_bs
 
 
 def at_steps(cfg: SimConfig, steps: int) -> SimConfig:
@@ -185,8 +192,11 @@ def draft_step_ms(profile: Profile, cfg: SimConfig, batch: int) -> float:
     compute = d.compute_ms_tp1 / cfg.draft_tp**d.tp_scaling_exponent
     compute *= 1.0 + d.topk_cost * (cfg.topk - 1)
     # each request adds its own draft KV read and top-k over the vocabulary
-    compute *= 1.0 + d.per_request * (batch - 1)
+    # (with DP attention each group drafts for its own requests, in parallel)
+    compute *= 1.0 + d.per_request * (group_batch(cfg, batch) - 1)
     compute *= profile.spec.algorithm_draft_cost.get(cfg.algorithm or "", 1.0)
+    compute *= d.attention_backend.get(cfg.draft_backend, 1.0)
+    compute *= d.quantization_cost.get(cfg.draft_quantization, 1.0)
     if eager(cfg, batch):
         compute *= d.eager_factor
     return compute + comm_ms(profile, cfg)
@@ -218,8 +228,10 @@ def target_forward_ms(profile: Profile, cfg: SimConfig, batch: int, tokens: int)
     t = profile.target
     n = padded_tokens(profile, batch * tokens)
     gemm = max(t.weights_ms, t.compute_ms_per_token * n)  # memory-bound vs compute-bound
-    ms = (t.fixed_ms + gemm + t.allreduce_ms_per_token * n + t.per_request_ms * batch
-          + t.per_token_ms * (n / batch - 1))
+    ms = (t.fixed_ms + gemm + t.allreduce_ms_per_token * n
+          + t.per_request_ms * group_batch(cfg, batch) + t.per_token_ms * (n / batch - 1))
+    if cfg.attn_dp > 1:
+        ms += t.fixed_ms * 0.5 if t.dp_attention_ms is None else t.dp_attention_ms
     if eager(cfg, batch):
         ms += t.eager_ms
     return ms
@@ -229,17 +241,33 @@ def cycle_ms(profile: Profile, cfg: SimConfig, batch: int) -> float:
     """One decode iteration for a batch: a plain decode step, or a full speculative cycle."""
     t = profile.target
     overlap = 0.0 if cfg.overlap else t.no_overlap_ms
-    if not cfg.speculative or cfg.steps == 0:
+    if not cfg.speculative:
         return (target_forward_ms(profile, cfg, batch, 1) + overlap) / cfg.residual
+    if cfg.steps == 0:
+        # an adaptive slot at 0 steps: a trivial verify, and the draft extend still runs
+        # (eagle_worker_v2: it keeps the draft's KV warm) unless the env var skips it
+        extend = 0.0 if skip_zero_step_extend(cfg) else draft_step_ms(profile, cfg, batch)
+        return (target_forward_ms(profile, cfg, batch, 1) + extend + overlap) / cfg.residual
     verify = target_forward_ms(profile, cfg, batch, cfg.draft_tokens)
     verify *= t.attention_backend.get(cfg.attention_backend, 1.0)
+    mode = cfg.attention_mode + ("_tree" if cfg.topk > 1 and cfg.attention_mode != "prefill"
+                                 else "")
+    verify *= t.verify_attention_mode.get(mode, t.verify_attention_mode.get(
+        cfg.attention_mode, 1.0))
     if cfg.topk > 1:
         verify += profile.spec.tree_verify_ms * batch
     gather = 0.0
-    if cfg.draft_tp < cfg.tp and cfg.algorithm != "NGRAM":
+    # a draft on fewer GPUs than its attention group gathers; with DP attention the draft
+    # runs inside its group (draft TP = tp / attn_dp) and needs no gather of its own
+    if cfg.draft_tp < cfg.tp // cfg.attn_dp and cfg.algorithm != "NGRAM":
         gather = profile.draft.gather_ms * nccl_factor(profile, cfg)
     drafts = cfg.steps * draft_step_ms(profile, cfg, batch)
     return (verify + drafts + gather + profile.spec.overhead_ms + overlap) / cfg.residual
+
+
+def skip_zero_step_extend(cfg: SimConfig) -> bool:
+    value = cfg.environ.get("SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND", "")
+    return value.strip().lower() in ("1", "true", "yes", "on")
 
 
 def prefill_ms(profile: Profile, cfg: SimConfig, new_requests: int) -> float:
@@ -368,7 +396,8 @@ def expected_throughput(
     try:
         cfg = resolve_config(prof, args, env or {})
     except InvalidArgs as exc:
-        return Expectation(None, None, "invalid_args", f"{exc.kind}: {exc}")
+        return Expectation(None, None, "invalid_args",
+                           f"{exc.kind}: {exc}" if str(exc) else exc.kind)
     failure = startup_failure(prof, cfg)
     if failure:
         return Expectation(None, None, failure.kind, failure.reason, config=cfg)

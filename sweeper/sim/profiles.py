@@ -44,6 +44,18 @@ class Defaults:
 
 
 @dataclass(frozen=True)
+class Build:
+    """The SGLang build the simulated node runs: its flag set.
+
+    Upstream 0.5.23 has no draft-TP flag (the draft follows the attention-TP group); some
+    builds add ``--speculative-draft-tp-size``: ``draft_tp_flag: true`` simulates one.
+    """
+
+    version: str = "0.5.23"
+    draft_tp_flag: bool = False
+
+
+@dataclass(frozen=True)
 class Startup:
     load_seconds: float  # weight loading at real time
     capture_seconds_per_graph: float  # one captured batch size (doubled with a draft)
@@ -74,6 +86,14 @@ class Target:
     # CUDA-graph / kernel-tile padding: a forward of n tokens costs like the smallest bucket
     # >= n (token-proportional terms only); empty = no padding
     verify_buckets: tuple[int, ...] = ()
+    # attention DP (--attn-dp-size D): each group of tp/D GPUs attends to its own requests
+    # (per_request_ms paid for ceil(batch / D)), but every forward gathers the groups'
+    # tokens before the MLP and scatters them after; None = half of fixed_ms (the same
+    # bytes as the all-reduce it replaces, as a gather/scatter pair with padding)
+    dp_attention_ms: float | None = None
+    # --speculative-attention-mode: the verify forward's kernels; chain / tree factors
+    verify_attention_mode: Mapping[str, float] = field(
+        default_factory=lambda: {"prefill": 1.0, "decode": 0.97, "decode_tree": 1.12})
 
     @property
     def forward_ms(self) -> float:
@@ -93,6 +113,16 @@ class Draft:
     eager_factor: float  # draft step cost multiplier without CUDA graphs
     no_custom_all_reduce_factor: float = 1.3
     nvls_factor: float = 0.95
+    # --speculative-draft-attention-backend: draft step factor (unlisted = 1)
+    attention_backend: Mapping[str, float] = field(
+        default_factory=lambda: {"fa3": 1.0, "flashinfer": 1.04, "triton": 1.15,
+                                 "torch_native": 2.5})
+    # --speculative-draft-model-quantization: draft compute factor (unlisted = 1); the
+    # acceptance it costs is spec.quantization_acceptance
+    quantization_cost: Mapping[str, float] = field(
+        default_factory=lambda: {"fp8": 0.75, "w8a8_fp8": 0.75, "modelopt_fp8": 0.75,
+                                 "mxfp8": 0.75, "w8a8_int8": 0.78, "awq": 0.65,
+                                 "gptq": 0.65, "mxfp4": 0.6, "modelopt_fp4": 0.6})
 
 
 @dataclass(frozen=True)
@@ -103,6 +133,11 @@ class Spec:
     branch_exponent: float  # m candidates at a depth act like m ** exponent tries
     algorithm_acceptance: Mapping[str, float] = field(default_factory=dict)
     algorithm_draft_cost: Mapping[str, float] = field(default_factory=dict)
+    # a quantized draft agrees with the target less often (unlisted = 1)
+    quantization_acceptance: Mapping[str, float] = field(
+        default_factory=lambda: {"fp8": 0.99, "w8a8_fp8": 0.99, "modelopt_fp8": 0.99,
+                                 "mxfp8": 0.99, "w8a8_int8": 0.985, "awq": 0.96,
+                                 "gptq": 0.96, "mxfp4": 0.95, "modelopt_fp4": 0.95})
 
 
 @dataclass(frozen=True)
@@ -218,6 +253,7 @@ class Profile:
     noise: Noise
     faults: tuple[FaultRule, ...] = ()
     source: str = ""
+    build: Build = field(default_factory=Build)
 
 
 def builtin_profiles() -> list[str]:
@@ -279,7 +315,7 @@ _SECTIONS: dict[str, type] = {
 
 
 def _build(data: dict[str, Any], source: str) -> Profile:
-    known = {"name", "description", "model", "faults", *_SECTIONS}
+    known = {"name", "description", "model", "faults", "build", *_SECTIONS}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ProfileError(f"{source}: unknown key(s) {', '.join(unknown)}")
@@ -296,6 +332,7 @@ def _build(data: dict[str, Any], source: str) -> Profile:
             model=str(data.get("model", "")),
             faults=_faults(data.get("faults"), source),
             source=source,
+            build=_section(Build, dict(data.get("build") or {}), f"{source}: build"),
             **sections,
         )
     except KeyError as exc:

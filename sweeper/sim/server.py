@@ -1,12 +1,14 @@
 """SGLang's HTTP API over the simulated engine (stdlib http.server, one thread per request).
 
-Endpoints and JSON shapes follow SGLang (docs/SGLANG.md, "HTTP endpoints"): /health,
-/health_generate,
-/get_model_info, /v1/models, /get_server_info (+ /server_info), /flush_cache,
-/v1/chat/completions (streaming SSE with a final usage chunk) and /generate (meta_info with
-spec_verify_ct and spec_accept_histogram). Every JSON answer that describes the server says
-``"simulated": true``: this is a test double. With --api-key, every endpoint but /health*
-and /metrics needs ``Authorization: Bearer KEY`` (SGLang's middleware: 401 otherwise).
+Endpoints and JSON shapes follow SGLang 0.5.23: /health, /health_generate, /ready,
+/model_info, /v1/models, /server_info (internal_states[] per DP rank with world_size,
+effective_max_running_requests_per_dp, memory_usage, and avg_spec_accept_length once a
+decode log line counted a verify), /get_server_info and /get_model_info (deprecated: a
+warning in the log on every call), /v1/chat/completions (streaming SSE with a final usage
+chunk), and sweeper.sim.native's /generate, /v1/completions, /flush_cache, /metrics. Every
+JSON answer that describes the server says ``"simulated": true``: this is a test double.
+With --api-key, every endpoint but /health* and /metrics needs ``Authorization: Bearer KEY``
+(SGLang's middleware: 401 otherwise).
 """
 
 from __future__ import annotations
@@ -25,16 +27,14 @@ from typing import Any
 
 from sweeper.sim.engine import Engine, Finish, Request
 from sweeper.sim.faults import ActiveFaults
+from sweeper.sim.hardware import memory_plan
 from sweeper.sim.log import SimLog
+from sweeper.sim.native import NativeRoutes
 from sweeper.sim.profiles import Profile
 from sweeper.sim.text import count_tokens, natural_length, prompt_seed
-from sweeper.sim.wire import ClientGone, WireMixin
+from sweeper.sim.wire import ClientGone
 
-SIM_VERSION = "0.5.3-sim"
-FLUSH_TEXT = (
-    "Cache flushed.\nPlease check backend logs for more details. (When there are running or "
-    "waiting requests, the operation will not be performed.)\n"
-)
+SIM_VERSION = "0.5.23-sim"
 
 
 @dataclass
@@ -49,6 +49,7 @@ class AppState:
     engine: Engine | None = None
     ready: threading.Event = field(default_factory=threading.Event)
     api_key: str | None = None
+    startup_time: float = 0.0
     faults: ActiveFaults = field(default_factory=ActiveFaults)
     sample_counter: itertools.count[int] = field(default_factory=itertools.count)
 
@@ -71,7 +72,7 @@ class SimHTTPServer(ThreadingHTTPServer):
         self.state.log.raw("Exception in the simulated HTTP server:\n" + traceback.format_exc())
 
 
-class SimHandler(WireMixin):
+class SimHandler(NativeRoutes):
     protocol_version = "HTTP/1.1"
     server: SimHTTPServer
 
@@ -92,14 +93,19 @@ class SimHandler(WireMixin):
         routes = {
             "/health": self._health,
             "/health_generate": self._health,
-            "/get_model_info": self._model_info,
+            "/ready": self._ready,
+            "/metrics": self._metrics,
+            "/get_model_info": self._deprecated("/get_model_info", "/model_info",
+                                                self._model_info),
             "/model_info": self._model_info,
             "/v1/models": self._models,
-            "/get_server_info": self._server_info,
+            "/get_server_info": self._deprecated("/get_server_info", "/server_info",
+                                                 self._server_info),
             "/server_info": self._server_info,
             "/flush_cache": self._flush_cache,
         }
-        post_routes = {"/v1/chat/completions": self._chat, "/generate": self._generate}
+        post_routes = {"/v1/chat/completions": self._chat, "/generate": self._generate,
+                       "/v1/completions": self._completions}
         try:
             if not self._authorized(path):
                 return
@@ -119,6 +125,15 @@ class SimHandler(WireMixin):
     @property
     def state(self) -> AppState:
         return self.server.state
+
+    def _deprecated(self, old: str, new: str, handler: Any) -> Any:
+        def answer() -> None:
+            # SGLang 0.5.23 logs this on every call of the old name
+            self.state.log.warning(
+                f"Endpoint '{old}' is deprecated and will be removed in a future version. "
+                f"Please use '{new}' instead.")
+            handler()
+        return answer
 
     def _authorized(self, path: str) -> bool:
         """SGLang's add_api_key_middleware: health and metrics stay open."""
@@ -169,15 +184,26 @@ class SimHandler(WireMixin):
 
     def _server_info(self) -> None:
         s = self.state
-        internal: dict[str, Any] = {"last_gen_throughput": 0.0}
-        if s.engine is not None:
-            internal["last_gen_throughput"] = round(s.engine.last_gen_throughput, 2)
-            if s.engine.cfg.speculative:
-                internal["avg_spec_accept_length"] = round(s.engine.avg_accept_length(), 4)
-        body = dict(s.server_args)
         hardware = s.profile.hardware
+        body = dict(s.server_args)
+        internal: dict[str, Any] = {**s.server_args, "last_gen_throughput": 0.0}
+        engine = s.engine
+        attn_dp = int(s.server_args.get("attn_dp_size") or 1)
+        if engine is not None:
+            internal.update(
+                world_size=engine.cfg.tp,
+                startup_time=s.startup_time,
+                effective_max_running_requests_per_dp=max(engine.cfg.max_running // attn_dp, 1),
+                last_gen_throughput=round(engine.last_gen_throughput, 2),
+                memory_usage=_memory_usage(s.profile, engine),
+            )
+            accept = engine.avg_accept_length() if engine.cfg.speculative else None
+            if accept is not None:  # absent until a decode log line counted a verify
+                internal["avg_spec_accept_length"] = round(accept, 4)
         body.update({
-            "internal_states": [internal],
+            "startup_time": s.startup_time,
+            # one entry per DP rank (attention-DP groups here), like SGLang's
+            "internal_states": [dict(internal) for _ in range(attn_dp)],
             "version": SIM_VERSION,
             "simulated": True,
             "sim_profile": s.profile.name,
@@ -185,22 +211,16 @@ class SimHandler(WireMixin):
             "num_gpus": hardware.num_gpus,
             "max_total_num_tokens": s.engine.max_total_tokens if s.engine else None,
         })
-        if s.engine is not None and s.engine.cfg.adaptive is not None:
-            internal["speculative_num_steps"] = s.engine.current_steps
+        if engine is not None and engine.cfg.adaptive is not None:
+            for state in body["internal_states"]:
+                state["speculative_num_steps"] = engine.current_steps
         self._json(200, body)
-
-    def _flush_cache(self) -> None:
-        self._read_body()
-        engine = self.state.engine
-        busy = engine is not None and engine.busy()
-        if not busy:  # SGLang's scheduler logs the same line when it flushes
-            self.state.log.info("Cache flushed successfully!")
-        self._send(400 if busy else 200, FLUSH_TEXT.encode(), "text/plain; charset=utf-8")
 
     # ------------------------------------------------------------ generation
 
     def _submit(
-        self, prompt: str, max_new: int, temperature: float, ignore_eos: bool, extra: int = 0
+        self, prompt: str, max_new: int, temperature: float, ignore_eos: bool, extra: int = 0,
+        tokens: int | None = None,
     ) -> Request:
         engine = self.state.engine
         assert engine is not None
@@ -210,7 +230,7 @@ class SimHandler(WireMixin):
             seed += (next(self.state.sample_counter) + 1) * 1_000_003
         return engine.submit(
             prompt_seed=seed,
-            prompt_tokens=count_tokens(prompt) + extra,
+            prompt_tokens=(count_tokens(prompt) if tokens is None else tokens) + extra,
             max_new=max_new,
             natural=None if ignore_eos else natural_length(prompt),
             prompt=prompt,
@@ -327,65 +347,6 @@ class SimHandler(WireMixin):
             "metadata": {"weight_version": "default"},
         })
 
-    def _generate(self) -> None:
-        body = self._read_json()
-        if body is None or self._not_ready() or self._fault_500(openai=False):
-            return
-        text = body.get("text")
-        if not isinstance(text, str):
-            self._error(400, "text must be a string (batched /generate is not simulated)")
-            return
-        params = body.get("sampling_params") or {}
-        try:
-            max_new = int(params.get("max_new_tokens", 128))
-            temperature = float(params.get("temperature", 1.0))
-        except (TypeError, ValueError):
-            self._error(400, "max_new_tokens and temperature must be numbers")
-            return
-        req = self._submit(text, max_new, temperature, bool(params.get("ignore_eos", False)))
-        rid = uuid.uuid4().hex
-        if not body.get("stream"):
-            tokens, finish = self._collect(req)
-            if finish is None:
-                self._error(503, "The server is shutting down.")
-                return
-            self._json(200, {"text": "".join(tokens), "meta_info": self._meta(rid, finish),
-                             "index": 0})
-            return
-        self._start_stream(req)
-        text_so_far: list[str] = []
-        for kind, payload in self._events(req):
-            if kind == "tokens":
-                text_so_far.extend(payload)
-                meta = {"id": rid, "finish_reason": None, "prompt_tokens": req.prompt_tokens,
-                        "completion_tokens": len(text_so_far)}
-                # SGLang's /generate streams the whole text so far in every event
-                self._sse({"text": "".join(text_so_far), "meta_info": meta, "index": 0}, req)
-            elif payload is not None:
-                self._sse({"text": "".join(text_so_far), "meta_info": self._meta(rid, payload),
-                           "index": 0}, req)
-        self._sse_raw(b"data: [DONE]\n\n", req)
-        self._end_stream(req)
-
-    def _meta(self, rid: str, finish: Finish) -> dict[str, Any]:
-        if finish.reason == "length":
-            reason: dict[str, Any] = {"type": "length", "length": finish.completion_tokens}
-        else:
-            reason = {"type": "stop", "matched": 2}
-        meta: dict[str, Any] = {
-            "id": rid,
-            "finish_reason": reason,
-            "prompt_tokens": finish.prompt_tokens,
-            "completion_tokens": finish.completion_tokens,
-            "cached_tokens": 0,
-            "e2e_latency": round(finish.e2e_latency, 6),
-        }
-        engine = self.state.engine
-        if engine is not None and engine.cfg.speculative:
-            meta["spec_verify_ct"] = finish.verify_ct
-            meta["spec_accept_histogram"] = finish.histogram
-        return meta
-
     def _collect(self, req: Request) -> tuple[list[str], Finish | None]:
         tokens: list[str] = []
         for kind, payload in self._events(req):
@@ -394,6 +355,19 @@ class SimHandler(WireMixin):
             elif kind == "done":
                 return tokens, payload
         return tokens, None
+
+
+def _memory_usage(profile: Profile, engine: Engine) -> dict[str, Any]:
+    """internal_states[].memory_usage (scheduler_components/memory_usage.py), in GB."""
+    plan = memory_plan(profile, engine.cfg)
+    graph = {"decode": round(plan.graph_gb, 3)} if engine.cfg.cuda_graph else {}
+    if engine.cfg.cuda_graph and engine.cfg.speculative:
+        graph = {"target_verify": round(plan.graph_gb * 2 / 3, 3),
+                 "draft_decode": round(plan.graph_gb / 3, 3)}
+    return {"weight": round(plan.weights_gb, 3), "kvcache": round(max(plan.kv_gb, 0.0), 3),
+            "startup_available": round(plan.total_gb * 0.99, 3),
+            "token_capacity": engine.max_total_tokens, "token_capacity_swa": None,
+            "graph": graph}
 
 
 def _message_text(message: Any) -> str:

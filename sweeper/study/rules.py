@@ -143,6 +143,16 @@ def _where(name: str, space: Mapping[str, Any]) -> str:
 
 def check_rules(path: Path, space: dict[str, ParamSpec], args: dict[str, Any]
                  ) -> SpeculativeRules:
+    check_knobs(path, space, args)
+    if _values(ALGORITHM, space, args) and all(
+            str(a).upper() == "NGRAM" for a in _values(ALGORITHM, space, args)):
+        # NGRAM: no draft model, SGLang sets topk = --speculative-ngram-max-bfs-breadth and
+        # draft tokens 12 / steps = draft tokens // topk by default: the draft tokens (and
+        # steps) are plain parameters, not EAGLE's triple
+        if TOPK in space or TOPK in args:
+            fail(path, _where(TOPK, space), "NGRAM ignores it: SGLang sets topk to "
+                 f"{NGRAM_BREADTH}", f"search {NGRAM_BREADTH} instead")
+        return SpeculativeRules(None, None, None)
     rules = SpeculativeRules(*(_spec_number(path, n, space, args) for n in TRIPLE))
     searched_spec = [n for n in space if n.startswith(SPECULATIVE_PREFIX)]
     if ALGORITHM in space and any(c is None or c is False
@@ -176,6 +186,95 @@ def check_rules(path: Path, space: dict[str, ParamSpec], args: dict[str, Any]
                   f"tokens <= steps*topk+1, at most {s_max * k + 1} here)",
                   f"drop {k} from topk or lower {DRAFT}'s low")
     return rules
+
+
+# SGLang 0.5.23's speculative algorithms (speculative/spec_info.py; NEXTN aliases EAGLE)
+ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO",
+              "FROZEN_KV_MTP")
+ATTN_DP = "attn-dp-size"
+NGRAM_BREADTH = "speculative-ngram-max-bfs-breadth"
+ATTENTION_MODES = ("prefill", "decode")
+# --speculative-draft-model-quantization's choices (SGLang 0.5.23's QUANTIZATION_CHOICES)
+QUANTIZATIONS = (
+    "awq", "fp8", "mxfp8", "gptq", "gptq_marlin", "awq_marlin", "bitsandbytes", "gguf",
+    "modelopt", "modelopt_fp8", "modelopt_fp4", "nvfp4_online", "modelopt_mixed",
+    "petit_nvfp4", "w8a8_int8", "w8a8_fp8", "moe_wna16", "w4afp8", "mxfp4", "auto-round",
+    "auto-round-int8", "compressed-tensors", "modelslim", "mxfp_w4a8", "quark",
+    "quark_int4fp8_moe", "quark_mxfp4", "mlx_q4", "mlx_q8", "unquant", "humming",
+)
+# flags 0.5.23 retired: what to write instead (its --config refuses a deprecated action)
+RETIRED = {
+    "disable-cuda-graph": "cuda-graph-backend-decode: disabled (and cuda-graph-backend-prefill)",
+    "cuda-graph-max-bs": "cuda-graph-max-bs-decode (SGLang 0.5.23 finds --cuda-graph-max-bs "
+                         "ambiguous)",
+}
+
+
+def _values(name: str, space: Mapping[str, ParamSpec], args: Mapping[str, Any]) -> list[Any]:
+    """Every value a flag may take in this study: searched values, or the fixed one."""
+    if name in space:
+        p = space[name]
+        return p.domain() if p.kind != "float" else [p.low, p.high]
+    return [args[name]] if name in args else []
+
+
+def check_knobs(path: Path, space: dict[str, ParamSpec], args: dict[str, Any]) -> None:
+    """SGLang 0.5.23's rules for the knobs beyond the speculative triple."""
+    for name, instead in RETIRED.items():
+        if name in space or name in args:
+            fail(path, _where(name, space), f"{name} is retired in SGLang 0.5.23",
+                 f"use {instead}")
+    algorithms = [str(a).upper() for a in _values(ALGORITHM, space, args) if a is not None]
+    for a in algorithms:
+        if a not in ALGORITHMS:
+            fail(path, _where(ALGORITHM, space), f"unknown speculative algorithm {show(a)}",
+                 suggest(a, list(ALGORITHMS)))
+    if "NGRAM" in algorithms and len(set(algorithms)) > 1:
+        fail(path, f"space.{ALGORITHM}", "NGRAM takes other flags than the draft-model "
+             "algorithms (no draft, no topk)", "sweep NGRAM in a study of its own")
+    ngram_flags = [n for n in [*space, *args] if n.startswith("speculative-ngram-")]
+    if ngram_flags and "NGRAM" not in algorithms:
+        fail(path, _where(ngram_flags[0], space), "only NGRAM reads it",
+             f"set {ALGORITHM}: NGRAM or remove it")
+    for name, allowed in (("speculative-attention-mode", ATTENTION_MODES),
+                          ("speculative-draft-model-quantization", QUANTIZATIONS)):
+        for v in _values(name, space, args):
+            if v is not None and v not in allowed:
+                fail(path, _where(name, space), f"{show(v)} is not a value SGLang takes",
+                     suggest(str(v), list(allowed)))
+    for name in ("cuda-graph-max-bs-decode", ATTN_DP, NGRAM_BREADTH):
+        for v in _values(name, space, args):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                fail(path, _where(name, space), f"{name} takes positive integers, got "
+                     f"{show(v)}", "fix the value")
+    _check_dp_attention(path, space, args, algorithms)
+
+
+def _check_dp_attention(path: Path, space: dict[str, ParamSpec], args: dict[str, Any],
+                        algorithms: list[str]) -> None:
+    """--attn-dp-size D: D divides --tp-size (SGLang asserts it); not with data-parallel
+    replicas, NGRAM or STANDALONE (SGLang refuses both). The deprecated spelling
+    --enable-dp-attention --dp-size D follows the same rule."""
+    tps = [v for v in _values("tp-size", space, args) if isinstance(v, int)] or [1]
+    dps = [v for v in _values(ATTN_DP, space, args) if isinstance(v, int)]
+    name = ATTN_DP
+    if not dps and any(v is True for v in _values("enable-dp-attention", space, args)):
+        dps = [v for v in _values("dp-size", space, args) if isinstance(v, int)]
+        name = "dp-size"
+    for d in dps:
+        for t in tps:
+            if t % d:
+                fail(path, _where(name, space), f"{name} {d} does not divide tp-size {t}",
+                     "SGLang asserts tp_size % attn_dp_size == 0: use divisors of tp-size")
+    if any(d > 1 for d in dps):
+        if name == ATTN_DP and any(isinstance(v, int) and v > 1
+                                   for v in _values("dp-size", space, args)):
+            fail(path, _where(ATTN_DP, space), "attention DP with dp-size > 1",
+                 "SGLang refuses data-parallel replicas together with attention DP")
+        refused = sorted({a for a in algorithms if a in ("NGRAM", "STANDALONE")})
+        if refused:
+            fail(path, _where(name, space), f"attention DP with {refused[0]}",
+                 f"SGLang refuses DP attention for {refused[0]}: keep {name} at 1")
 
 
 def _attr(flag: str) -> str:

@@ -25,7 +25,8 @@ from sweeper.results.kind import TrialKind, kind_of
 from sweeper.study import DRAFT, STEPS, TOPK
 
 DRAFT_TP = "speculative-draft-tp-size"
-PHYSICS_KEYS = (STEPS, TOPK, DRAFT, DRAFT_TP)
+ATTN_DP = "attn-dp-size"  # upstream SGLang's draft placement: the draft in each DP group
+PHYSICS_KEYS = (STEPS, TOPK, DRAFT, DRAFT_TP, ATTN_DP)
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,8 @@ class Shape:
         topk = int(topk) if topk is not None else 1
         draft = get(DRAFT)
         draft = steps + 1 if topk == 1 or draft is None else int(draft)
-        return cls(steps, topk, draft, str(get(DRAFT_TP) or "default"))
+        placement = get(DRAFT_TP) or (f"attn-dp {get(ATTN_DP)}" if get(ATTN_DP) else None)
+        return cls(steps, topk, draft, str(placement or "default"))
 
 
 def others(eff: Mapping[str, Any]) -> dict[str, Any]:
