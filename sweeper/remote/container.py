@@ -109,6 +109,8 @@ def container_name(marker: str) -> str:
 class ContainerHost(Host):
     """``inner`` (LocalHost or SSHHost) whose detached servers run in ``spec``'s image."""
 
+    listens_in_group = False  # the server runs under the runtime / slurmstepd
+
     def __init__(self, inner: Host, spec: ContainerSpec) -> None:
         self.inner = inner
         self.spec = spec

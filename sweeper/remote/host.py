@@ -48,6 +48,11 @@ class Host(ABC):
     """A machine the sweeper drives. ``name`` is what messages call it."""
 
     name: str
+    # Whether the server listens from the process group start_detached made: true for a
+    # plain launcher. A container's server runs under the runtime's shim, a Slurm step's
+    # under slurmstepd, so a listener outside the group is no stranger there
+    # (remote/owner.py; those hosts know their servers by label or job name instead).
+    listens_in_group: bool = True
 
     @abstractmethod
     def run(self, argv: Sequence[str], *, timeout: float = 60.0,

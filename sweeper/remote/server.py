@@ -172,8 +172,9 @@ class ServerManager:
                 try:
                     if client.get(f"{base_url}/health").status_code == 200:
                         # ours, or a stranger that took the port (remote/owner.py)?
-                        stranger = stranger_on_port(self.host, self.python, handle.port,
-                                                    handle.pgid)
+                        stranger = stranger_on_port(
+                            self.host, self.python, handle.port, handle.pgid) \
+                            if self.host.listens_in_group else None
                         if stranger is None:
                             return time.time() - handle.started_at
                 except httpx.HTTPError:

@@ -42,6 +42,8 @@ WRAPPER = ('pgid=$(awk \'{sub(/^.*\\) /, ""); print $3}\' "/proc/$$/stat"); '
 class SlurmHost(Host):
     """``inner`` (the login node) whose detached servers run as Slurm steps per ``spec``."""
 
+    listens_in_group = False  # the server runs under the runtime / slurmstepd
+
     def __init__(self, inner: Host, spec: SlurmSpec) -> None:
         self.inner = inner
         self.spec = spec
