@@ -55,6 +55,7 @@ from sweeper.run.common import (  # noqa: F401 - re-exported: the sweep's public
     storage_guard,
 )
 from sweeper.run.failed import configuration_failed, infrastructure_failed
+from sweeper.run.heartbeat import Heartbeat, refuse_if_live
 from sweeper.run.killpoint import killpoint
 from sweeper.run.lock import claim
 from sweeper.run.longer import more_runs
@@ -78,6 +79,7 @@ class Sweep:
 
     study: optuna.Study
     recorder: Recorder
+    _beat: Heartbeat | None = None
 
     def __init__(self, spec: StudySpec, options: SweepOptions, reporter: Reporter | None = None,
                  host: Host | None = None, python: str | None = None) -> None:
@@ -160,6 +162,7 @@ class Sweep:
             except PortBusy as exc:  # before the first restart, a busy port is the user's to fix
                 raise PreflightError(str(exc)) from exc
         if fresh and study is not None:
+            refuse_if_live(study, "--fresh", str(self.spec.path), self.storage_url)
             n = len(study.get_trials(deepcopy=False))
             if n and (allow_delete is None or not allow_delete(n)):
                 raise InputError(f"--fresh: not deleting the {n} trials of study "
@@ -186,6 +189,7 @@ class Sweep:
         self.recorder = Recorder(study, storage, artifact_store(self.storage_url, self.spec.name),
                                  self._secrets.scrub, storage_url=self.storage_url,
                                  goal=self.spec.objective)
+        self._beat = Heartbeat.start(storage, self.spec.name)  # seen by other sweepers
         return study
 
     def _enqueue_initial(self, study: optuna.Study) -> None:
@@ -282,6 +286,9 @@ class Sweep:
 
     def close(self) -> None:
         """Release the study's lock (the servers were stopped by then)."""
+        if self._beat is not None:
+            self._beat.stop()
+            self._beat = None
         self.lock.release()
 
     def next_trial(self) -> optuna.trial.Trial:
@@ -307,7 +314,7 @@ class Sweep:
                                 command=config.command_line(self.python))
         except optuna.exceptions.UpdateFinishedTrialError:
             # another sweeper sharing the storage took it for an orphan before this one
-            # wrote its owner (run/reconcile.UNOWNED_GRACE makes that rare): nothing ran
+            # wrote its owner (run/heartbeat.STALE_SECONDS makes that rare): nothing ran
             self._line(f"{prefix}was closed by another sweeper before it started; "
                        "asking for another")
             return "lost"
