@@ -75,6 +75,9 @@ def optimize(
                                                     "asking.")] = False,
 ) -> None:
     """Run the sweep: restart SGLang with each proposed configuration and benchmark it."""
+    if timeout is not None and not timeout > 0:  # NaN too: it would never stop the sweep
+        raise InputError(f"--timeout {timeout:g}: give a positive number of seconds, or leave "
+                         "it out to run until the trials are done")
     spec = load(study)  # first: bad input is refused before the heavy imports
     if spec.objective.multi and sampler == "model":
         raise InputError(f"{spec.path}: objective: pareto has two objectives; --sampler model "
