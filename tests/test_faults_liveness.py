@@ -110,3 +110,23 @@ def test_fresh_refuses_while_another_sweeper_works_on_the_study(make_study,
                     "--fresh", "--yes")
     assert fresh.returncode == 0, fresh.stderr
     assert "deleted the" in fresh.stdout
+
+
+def test_kill_between_ask_and_owner_write_does_not_cost_a_trial(make_study,
+                                                                 tmp_path: Path) -> None:
+    """Killed right after asking (the trial RUNNING with no owner), the same command run
+    at once finishes every trial: the orphan is closed, not counted in flight."""
+    path = make_study()
+    env = {**os.environ, "SWEEPER_KILLPOINT": "asked:2"}
+    killed = run_cli("optimize", "--study", str(path), "--trials", "3", env=env)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    db = f"sqlite:///{tmp_path / 't.db'}"
+    orphan = optuna.load_study(study_name="t", storage=db).get_trials(
+        states=(TrialState.RUNNING,))
+    assert len(orphan) == 1 and A.OWNER not in orphan[0].user_attrs
+    again = run_cli("optimize", "--study", str(path), "--trials", "3")
+    assert again.returncode == 0, again.stderr + again.stdout
+    trials = optuna.load_study(study_name="t", storage=db).get_trials()
+    assert sum(counts_as_finished(t) for t in trials) == 3, "not one short"
+    assert next(t for t in trials if t.number == orphan[0].number).state == TrialState.FAIL
+    assert not [t for t in trials if t.state == TrialState.RUNNING]

@@ -41,12 +41,27 @@ def is_stale(t: FrozenTrial, now: float | None = None) -> bool:
     return seen is not None and (now or time.time()) - seen > STALE_SECONDS
 
 
+def _dead_here(who: dict[str, Any]) -> bool:
+    """A process of this machine that no longer runs (its last beat may still be recent)."""
+    if who.get("machine") != socket.gethostname():
+        return False
+    try:
+        os.kill(int(who.get("pid", -1)), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, ValueError, OverflowError):
+        return False
+    return False
+
+
 def live_sweepers(study: optuna.Study, now: float | None = None) -> list[dict[str, Any]]:
-    """The other sweeper processes whose beat on this study is recent, on any machine."""
+    """The other sweeper processes whose beat on this study is recent, on any machine (one
+    of this machine that is known dead is not)."""
     now = now or time.time()
     found = []
     for key, value in study.user_attrs.items():
         if key.startswith(A.LIVE_PREFIX) and isinstance(value, dict) and not is_mine(value) \
-                and now - float(value.get("at", 0)) <= STALE_SECONDS:
+                and now - float(value.get("at", 0)) <= STALE_SECONDS \
+                and not _dead_here(value):
             found.append(value)
     return found

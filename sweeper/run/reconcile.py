@@ -26,7 +26,7 @@ from sweeper.remote import Host
 from sweeper.remote.local import pid_alive  # noqa: F401 - re-exported
 from sweeper.remote.server import ServerHandle
 from sweeper.results import attrs as A
-from sweeper.run.heartbeat import STALE_SECONDS, is_stale
+from sweeper.run.heartbeat import STALE_SECONDS, is_stale, live_sweepers
 from sweeper.run.record import Recorder
 
 # A trial RUNNING without an owner for longer than this was left by a sweeper killed
@@ -85,6 +85,10 @@ def reconcile(study: optuna.Study, recorder: Recorder, host: Host | Sequence[Hos
         study.set_user_attr(A.KEPT_SERVER, None)
     n = 0
     now = time.time()
+    # nobody else works on the study: an owner-less trial, however young, was asked by a
+    # sweeper killed before it wrote its owner (waiting for it to go stale would hold a
+    # place of the budget for nothing)
+    alone = not live_sweepers(study, now)
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if A.REPLAY_ID in t.user_attrs:
             continue  # a kept measurement half written in: the run holding its file ends it
@@ -92,7 +96,7 @@ def reconcile(study: optuna.Study, recorder: Recorder, host: Host | Sequence[Hos
         here = owner.get("machine") == me
         if owner and here and pid_alive(int(owner.get("pid", -1))):
             continue  # another live sweeper on this machine owns it
-        if not (owner and here) and not is_stale(t, now):
+        if not (owner and here) and not is_stale(t, now) and not (alone and not owner):
             if owner:  # beating: a live sweeper elsewhere
                 line(f"[yellow]trial {t.number} is RUNNING under a sweeper on "
                      f"{owner.get('machine')}; leaving it alone[/]")
