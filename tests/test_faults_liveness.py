@@ -130,3 +130,20 @@ def test_kill_between_ask_and_owner_write_does_not_cost_a_trial(make_study,
     assert sum(counts_as_finished(t) for t in trials) == 3, "not one short"
     assert next(t for t in trials if t.number == orphan[0].number).state == TrialState.FAIL
     assert not [t for t in trials if t.state == TrialState.RUNNING]
+
+
+def test_a_stale_trial_holds_no_place_in_the_budget() -> None:
+    """Pure rule (run/claims.py): a trial whose sweeper stopped beating is not in flight."""
+    from sweeper.run.claims import room
+
+    def running(beat: float | None, **attrs: object) -> FrozenTrial:
+        ua = dict(attrs) | ({A.HEARTBEAT: beat} if beat is not None else {})
+        return FrozenTrial(number=len(attrs), state=TrialState.RUNNING, value=None,
+                           datetime_start=datetime.now() - timedelta(hours=1),
+                           datetime_complete=None, params={}, distributions={}, user_attrs=ua,
+                           system_attrs={}, intermediate_values={}, trial_id=0)
+
+    now = time.time()
+    assert room([running(now, owner={"machine": "b", "pid": 1})], 2) == 1  # beating
+    assert room([running(now - STALE_SECONDS - 1, owner={"machine": "b", "pid": 1})], 2) == 2
+    assert room([running(None)], 2) == 2  # owner-less for an hour
