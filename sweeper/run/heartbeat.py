@@ -19,6 +19,7 @@ STALE_SECONDS is twelve beats, far more than such a skew.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import socket
@@ -81,10 +82,11 @@ class Heartbeat:
                 beat._thread.start()
             return beat
 
-    def stop(self) -> None:
-        """The last user gone: stop beating and say this sweeper has ended."""
+    def stop(self, every_user: bool = False) -> None:
+        """The last user gone (or ``every_user``, at exit): stop beating and say this
+        sweeper has ended."""
         with self._guard:
-            self._users -= 1
+            self._users = 0 if every_user else self._users - 1
             if self._users > 0 or self._thread is None:
                 return
             self._stop.set()
@@ -111,3 +113,11 @@ class Heartbeat:
                     self.study_id, t.number)
                 with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
                     self.storage.set_trial_user_attr(trial_id, A.HEARTBEAT, now)
+
+
+@atexit.register
+def _stop_all() -> None:
+    """However the process ends (Ctrl-C, an abort), it says it has ended: a ``--fresh``
+    elsewhere need not wait for its beat to go stale."""
+    for beat in list(Heartbeat._all.values()):
+        beat.stop(every_user=True)
