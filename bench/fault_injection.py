@@ -239,8 +239,12 @@ class Campaign:
             self.injected += refused
             return
         elif kind == "unwritable":
-            subprocess.run(["chattr", "+i", str(self.run_dir)], check=True)
-            self.events.append(f"run folder made unwritable (chattr +i) at trial {t.number}")
+            done = subprocess.run(["chattr", "+i", str(self.run_dir)], capture_output=True,
+                                  text=True)
+            self.events.append(f"run folder made unwritable (chattr +i) at trial {t.number}"
+                               + (f": FAILED {done.stderr.strip()}" if done.returncode else ""))
+            if done.returncode:
+                return
         elif kind == "refuse":
             with sqlite3.connect(self.db) as con:
                 con.execute(REFUSE)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sweeper.study import load_study
+
 from .conftest import SIM_LAUNCHER, run_cli
 from .test_cli_errors import assert_one_line_error
 
@@ -17,6 +19,7 @@ def test_marked_secret_is_scrubbed_everywhere(make_study, tmp_path: Path) -> Non
     study_file = make_study(server={
         "launcher": SIM_LAUNCHER + " --sim-echo-env HUGGING_FACE_HUB_AUTH",
         "env": {"HUGGING_FACE_HUB_AUTH": AUTH}, "secrets": ["HUGGING_FACE_HUB_AUTH"]})
+    assert load_study(str(study_file)).name == "t"
     proc = run_cli("optimize", "--study", str(study_file), "--trials", "2")
     assert proc.returncode == 0, proc.stderr + proc.stdout
     raw = "".join(p.read_text() for p in (tmp_path / "host").rglob("*.log"))

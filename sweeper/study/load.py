@@ -368,9 +368,9 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
     if not is_address(server.host):
         fail(path, "server.host", f"{show(server.host)} is neither an IP address nor a host "
              "name", "use 127.0.0.1, 0.0.0.0 or the name of one of the node's interfaces")
-    for i, name in enumerate(server.secrets):
-        if name not in server.env and name not in server.args:
-            fail(path, f"server.secrets[{i}]", f"{show(name)} is neither in server.env nor "
+    for i, marked in enumerate(server.secrets):
+        if marked not in server.env and marked not in server.args:
+            fail(path, f"server.secrets[{i}]", f"{show(marked)} is neither in server.env nor "
                  "in server.args", "list the name of a variable or flag the study sets")
     mark_secret(server.secrets)  # before anything is shown: hidden in errors from here on
     for flag, value in server.args.items():
