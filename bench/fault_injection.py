@@ -227,7 +227,7 @@ class Campaign:
             self.injected += code == 130
             return
         elif kind == "fresh":
-            other = subprocess.run([*self.cmd[:4], str(self.second), "--trials", "1", "--fresh",
+            other = subprocess.run([*self.cmd[:5], str(self.second), "--trials", "1", "--fresh",
                                     "--yes"], cwd=ROOT, env=self.env, capture_output=True,
                                    text=True, timeout=120)
             line = other.stderr.strip()
@@ -377,9 +377,17 @@ def main() -> int:
     now = {t.number: t.value for t in trials if t.state == TrialState.COMPLETE}
     lost = [n for n, v in c.seen.items() if now.get(n) != v]
     errors = [t for t in finished if t.user_attrs.get("failure") == "server_error"]
+    # a configuration recorded PRUNED (its fault) that was measured fine in another trial,
+    # other than by the crash the campaign caused itself
+    good = {t.user_attrs.get("config_id") for t in trials if t.state == TrialState.COMPLETE}
     wrongly = [t for t in trials if t.state == TrialState.PRUNED and not
                t.user_attrs.get("skipped_known_failure") and t.number not in c.crashed
-               and t.user_attrs.get("failure") != "server_error"]
+               and t.user_attrs.get("config_id") in good]
+    on_500 = [f"#{t.number} {t.state.name.lower()} {t.user_attrs.get('failure')} "
+              f"attempt {t.user_attrs.get('attempt', 0)}" for t in trials
+              if t.params.get("env.NCCL_PROTO") == "Simple"
+              and t.params.get("speculative-eagle-topk") == 4
+              and t.params.get("speculative-num-steps") == 1]
     replayed = [t for t in trials if t.user_attrs.get("replayed_from") is not None]
     pending_left = list(tmp.glob(".faults.db.pending/*/trial-*.json")) + \
         list((tmp / "state").rglob("trial-*.json"))
@@ -392,6 +400,7 @@ def main() -> int:
                  for t in trials)  # a skipped proposal cost no start
     print(f"5xx server: {len(errors)} configuration(s) recorded server_error after {starts} "
           "starts")
+    print("  the 5xx configuration's trials: " + ", ".join(on_500))
     print(f"confirm phase finished: {bool(study.user_attrs.get('sweeper:confirmed'))}")
     print(f"last run's exit code: {final}" + (f" ({c.stderr.strip()[-200:]})" if final else ""))
     print(f"finished {len(finished)}/{TRIALS}")
