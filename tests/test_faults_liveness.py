@@ -124,11 +124,16 @@ def test_kill_between_ask_and_owner_write_does_not_cost_a_trial(make_study,
     orphan = optuna.load_study(study_name="t", storage=db).get_trials(
         states=(TrialState.RUNNING,))
     assert len(orphan) == 1 and A.OWNER not in orphan[0].user_attrs
+    # asked from the queue (the start_from point), it has no params yet: they must survive
+    queued = orphan[0].system_attrs.get("fixed_params")
+    assert queued, orphan[0].system_attrs
     again = run_cli("optimize", "--study", str(path), "--trials", "3")
     assert again.returncode == 0, again.stderr + again.stdout
     trials = optuna.load_study(study_name="t", storage=db).get_trials()
     assert sum(counts_as_finished(t) for t in trials) == 3, "not one short"
     assert next(t for t in trials if t.number == orphan[0].number).state == TrialState.FAIL
+    retry = next(t for t in trials if t.user_attrs.get(A.RETRY_OF) == orphan[0].number)
+    assert queued.items() <= retry.params.items(), "the queued configuration is retried"
     assert not [t for t in trials if t.state == TrialState.RUNNING]
 
 

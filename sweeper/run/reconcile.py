@@ -64,7 +64,10 @@ def requeue(study: optuna.Study, t: FrozenTrial | Trial, count_attempt: bool) ->
     attempt = int(t.user_attrs.get(A.ATTEMPT, 0)) + (1 if count_attempt else 0)
     attrs = {A.ROLE: t.user_attrs.get(A.ROLE, A.SAMPLER), A.ATTEMPT: attempt,
              A.RETRY_OF: t.number}
-    study.enqueue_trial(dict(t.params), user_attrs=attrs)
+    # a queued trial killed right after ``ask`` has no params yet: Optuna keeps the queued
+    # ones in ``fixed_params`` until they are suggested (else the retry would be a new one)
+    params = dict(t.params) or dict(t.system_attrs.get("fixed_params") or {})
+    study.enqueue_trial(params, user_attrs=attrs)
     return attempt
 
 
