@@ -5,12 +5,13 @@ spells them) and the server's environment. It renders to an argv list (never a s
 string: values are data), to a display command line, and to the YAML that
 ``python -m sglang.launch_server --config FILE`` loads, with an env file beside it.
 
-Secrets (``is_secret`` env names, ``is_secret_flag`` flags) reach the server through
-argv and the environment only. Everything shown or written holds a *reference* instead of
-the value, so that what is copied from it still starts a working server: the environment
-variable itself (``HF_TOKEN``), and for a flag a variable named after it
-(``--api-key "$SGLANG_API_KEY"``, ``secret_variable``). SGLang's ``--config`` YAML cannot
-expand variables, so a secret flag is left out of it and passed on the command line.
+Secrets (``is_secret`` env names, ``is_secret_flag`` flags, and the names a study marks in
+``server.secrets``) reach the server through argv and the environment only. Everything
+shown or written holds a *reference* instead of the value, so that what is copied from it
+still starts a working server: the environment variable itself (``HF_TOKEN``), and for a
+flag a variable named after it (``--api-key "$SGLANG_API_KEY"``, ``secret_variable``).
+SGLang's ``--config`` YAML cannot expand variables, so a secret flag is left out of it and
+passed on the command line.
 """
 
 from __future__ import annotations
@@ -38,14 +39,25 @@ _SECRET_FLAG = re.compile(r"(^|-)(key|token|secret|password|passwd)(-|$)", re.IG
 REDACTED = "***"
 
 
+# Names a study file marks secret (``server.secrets``) beside the name rule: a token in
+# HUGGING_FACE_HUB_AUTH matches no pattern. Kept here, read by every check of the rule, so
+# a marked name is scrubbed, redacted and referenced everywhere a matching one is.
+_MARKED: set[str] = set()
+
+
+def mark_secret(names: list[str] | tuple[str, ...] | set[str]) -> None:
+    """Treat ``names`` (environment variables or flags) as secrets in this process."""
+    _MARKED.update(names)
+
+
 def is_secret(name: str) -> bool:
     """Environment variable names that must never be shown or stored in clear."""
-    return bool(_SECRET_ENV.search(name))
+    return name in _MARKED or bool(_SECRET_ENV.search(name))
 
 
 def is_secret_flag(name: str) -> bool:
     """SGLang flags whose values must never be shown or stored in clear."""
-    return bool(_SECRET_FLAG.search(name))
+    return name in _MARKED or bool(_SECRET_FLAG.search(name))
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:

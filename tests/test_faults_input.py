@@ -72,3 +72,11 @@ def test_merge_key_override_still_allowed(tmp_path: Path) -> None:
     """``<<`` is YAML's own override: not a duplicate."""
     data = parse_yaml("a: &c {x: 1, y: 1}\nb:\n  <<: *c\n  x: 2\n", tmp_path / "s.yaml")
     assert data["b"] == {"x": 2, "y": 1}
+
+
+@pytest.mark.parametrize("value", ["-5", "0", "nan"])
+def test_timeout_must_be_positive(make_study, tmp_path: Path, value: str) -> None:
+    path = make_study()
+    proc = run_cli("optimize", "--study", str(path), "--trials", "1", "--timeout", value)
+    assert_one_line_error(proc, "--timeout")
+    assert not (tmp_path / "t.db").exists(), "nothing written"

@@ -48,3 +48,27 @@ def test_sighup_records_requeues_and_stops_the_server(make_study, tmp_path: Path
                for w in study.get_trials(states=(TrialState.WAITING,)))
     assert not group_alive(victim.user_attrs["server"]["pgid"]), "the server was stopped"
     assert not study.get_trials(states=(TrialState.RUNNING,))
+
+
+def test_ctrl_c_releases_the_lock_and_says_the_sweeper_ended(make_study, tmp_path: Path
+                                                             ) -> None:  # noqa: ANN001
+    study_file = make_study(benchmark={"max_tokens": 400, "runs": 3, "warmup": 1})
+    db = tmp_path / "t.db"
+    locks = tmp_path / "locks"
+    proc = subprocess.Popen([sys.executable, "-m", "sweeper", "optimize", "--study",
+                             str(study_file), "--trials", "3"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=_as_at_a_terminal,
+                            env={**os.environ, "SWEEPER_LOCK_DIR": str(locks)})
+    try:
+        wait_for(lambda: mid_benchmark(db, proc), 60, "a trial mid-way")
+        assert list(locks.glob("*.lock")), "the lock is held while it runs"
+        os.kill(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, out + err
+    assert not list(locks.glob("*.lock")), "no lock file left behind"
+    live = {k: v for k, v in load(db).user_attrs.items() if k.startswith("sweeper:live:")}
+    assert live and all(v is None for v in live.values()), live

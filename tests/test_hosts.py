@@ -21,7 +21,7 @@ from sweeper.study import parse_study
 
 from .conftest import demo_study_data
 
-T0 = datetime(2026, 1, 1)
+T0 = datetime.now()  # live trials: started (and so beating, run/heartbeat.py) just now
 
 
 def trial(number: int, state: TrialState, start_s: float | None = 0.0,

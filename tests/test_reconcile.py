@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -29,6 +30,9 @@ def _running(study: optuna.Study, started: datetime) -> int:
 def test_a_trial_just_asked_by_another_sweeper_is_left_alone(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 's.db'}"
     study = optuna.create_study(study_name="s", storage=url, direction="maximize")
+    # another sweeper beats on the study (run/heartbeat.py): its young trial is its own
+    study.set_user_attr(A.LIVE_PREFIX + "node-b:7", {"machine": "node-b", "pid": 7,
+                                                    "at": time.time()})
     young = _running(study, datetime.now())
     old = _running(study, datetime.now() - UNOWNED_GRACE - timedelta(seconds=5))
     recorder = Recorder(study, study._storage, FileSystemArtifactStore(str(tmp_path)),

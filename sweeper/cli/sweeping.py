@@ -84,6 +84,9 @@ def optimize(
     port: PortOpt = None,
 ) -> None:
     """Run the sweep: restart SGLang with each proposed configuration and benchmark it."""
+    if timeout is not None and not timeout > 0:  # NaN too: it would never stop the sweep
+        raise InputError(f"--timeout {timeout:g}: give a positive number of seconds, or leave "
+                         "it out to run until the trials are done")
     spec = load(study)  # first: bad input is refused before the heavy imports
     from sweeper.measure.prompts import study_prompts  # refused here, not after a start
     study_prompts(spec.path, spec.benchmark.prompts, spec.benchmark.input_tokens)

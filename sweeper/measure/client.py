@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -64,6 +65,20 @@ from sweeper.study import BenchSpec
 
 # --------------------------------------------------------------------------- runner
 
+
+
+def implausible_count(tokens: int, max_tokens: int, chunks: int) -> str | None:
+    """Why a reported token count cannot be true, or None. tok/s is the server's own count
+    over the client's clock: a server that over-reports (10 x max_tokens) would win the
+    sweep. A response holds at most ``max_tokens`` tokens, and each streamed chunk with
+    text holds at least one (a speculative step may put several in one)."""
+    if tokens > max_tokens:
+        return (f"the server reported {tokens} completion tokens for a request of at most "
+                f"max_tokens {max_tokens}: a token count that cannot be true")
+    if tokens < chunks:
+        return (f"the server reported {tokens} completion tokens for {chunks} streamed "
+                "chunks of text: a token count that cannot be true")
+    return None
 
 class _Runner:
     def __init__(
@@ -128,7 +143,7 @@ class _Runner:
         acc = Stream(self.spec.api, t0)
 
         def finish(ok: bool, error: str | None) -> RequestResult:
-            return acc.result(
+            result = acc.result(
                 ok=ok,
                 error=error,
                 end=time.perf_counter(),
@@ -137,6 +152,9 @@ class _Runner:
                 attempts=attempt,
                 cpu_s=time.thread_time() - cpu0,
             )
+            lie = implausible_count(result.completion_tokens, self.spec.max_tokens,
+                                    result.n_chunks) if result.ok else None
+            return replace(result, ok=False, error=lie, short=False) if lie else result
 
         with self.client.stream("POST", url, json=body) as resp:
             if resp.status_code != 200:

@@ -13,6 +13,7 @@ CONFIG_ID = "config_id"  # LaunchConfig.config_id(): replicates share it
 EFFECTIVE = "effective"  # the configuration as SGLang runs it (user-facing names)
 LAUNCH = "launch"  # launcher, args, env (secrets redacted) and the command line
 OWNER = "owner"  # {"machine", "pid"} of the sweeper process running the trial
+HEARTBEAT = "heartbeat"  # time.time() of its owner's last beat (run/heartbeat.py)
 SERVER = "server"  # ServerHandle.to_attrs(): enough to find and stop the server again
 ATTEMPT = "attempt"  # how many times an infrastructure fault re-queued these params
 RETRY_OF = "retry_of"  # the trial number this one repeats
@@ -99,3 +100,6 @@ GROUP = "group"  # trial: its host's group; results are compared within a group 
 BACKED_OFF = "backed_off"  # trial: handed back before any restart (why), never measured
 # study: one key per host, {"state", "trial", "why", "group", "machine", "pid", "at"}
 HOST_STATE_PREFIX = "sweeper:host:"
+# One per sweeper process working on the study: "sweeper:live:<machine>:<pid>" ->
+# {"machine", "pid", "at"} beaten every few seconds (run/heartbeat.py), None once it ended.
+LIVE_PREFIX = "sweeper:live:"

@@ -23,6 +23,7 @@ from sweeper.results.headline import SIM_NOTE, Headline
 from sweeper.results.hosts import print_hosts
 from sweeper.results.kind import TrialKind, kind_of
 from sweeper.results.labels import compact_params, compact_parts
+from sweeper.results.liveness import is_stale
 from sweeper.results.storage import load_existing
 from sweeper.results.table import trials_frame
 from sweeper.study.base import public_url
@@ -149,10 +150,11 @@ def print_status(console: Console, spec: StudySpec, storage_url: str,
     hidden = len(trials) - len(shown)
     if hidden:
         console.print(f"[dim]({plural(hidden, 'earlier trial')} hidden; --all shows them)[/]")
-    counts = {name: sum(1 for t in trials if t.state == s)
+    counts = {name: sum(1 for t in trials if t.state == s and not is_stale(t))
               for s, name in ((TrialState.COMPLETE, "complete"), (TrialState.PRUNED, "pruned"),
                               (TrialState.FAIL, "failed"), (TrialState.RUNNING, "running"),
                               (TrialState.WAITING, "queued"))}
+    counts["stale (its sweeper stopped beating)"] = sum(1 for t in trials if is_stale(t))
     console.print(", ".join(f"{v} {k}" for k, v in counts.items() if v)
                   + f"; storage {public_url(storage_url)}", soft_wrap=False, overflow="fold")
     started = min((t.datetime_start for t in trials if t.datetime_start), default=None)
@@ -204,7 +206,8 @@ def _row(t: FrozenTrial, base: R.ConfigResult | None, wide: bool,
         label = "(queued)" if t.state == TrialState.WAITING else "-"
     else:
         label = R.short_params(eff) if wide else compact_params(eff, same)
-    row = [str(t.number), _STATE.get(t.state, t.state.name.lower()), label, speed, acc, vs]
+    state = "[yellow]stale[/]" if is_stale(t) else _STATE.get(t.state, t.state.name.lower())
+    row = [str(t.number), state, label, speed, acc, vs]
     if wide:
         row.append(f"{ua[A.STARTUP]:.1f}" if ua.get(A.STARTUP) is not None else "-")
     return [*row, note]

@@ -5,7 +5,7 @@ machines sharing a storage.
 
 Every rule reads only what the storage holds, so it holds across processes:
 
-* a trial in flight is RUNNING, not a confirm-phase run, not handed back;
+* a trial in flight is RUNNING, not a confirm-phase run, not handed back, not stale;
 * ``room``: the target less the finished trials less those in flight; a worker asks for
   a trial only while there is room;
 * ``admitted``: two workers may both see the last bit of room and ask at once. Then the
@@ -26,12 +26,15 @@ from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.results import attrs as A
 from sweeper.results.kind import TrialKind, kind_of
+from sweeper.run.heartbeat import is_stale
 from sweeper.run.reconcile import counts_as_finished
 
 
 def in_flight(t: FrozenTrial) -> bool:
+    """RUNNING for the sweep, and alive: a stale trial (its owner stopped beating, or it
+    never got one, run/heartbeat.py) is closed by whoever sees it, never waited for."""
     return t.state == TrialState.RUNNING and \
-        kind_of(t) not in (TrialKind.CONFIRM, TrialKind.BACKED_OFF)
+        kind_of(t) not in (TrialKind.CONFIRM, TrialKind.BACKED_OFF) and not is_stale(t)
 
 
 def _order(t: FrozenTrial) -> tuple[datetime, int]:

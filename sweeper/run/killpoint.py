@@ -3,6 +3,7 @@ when it reaches that point, so tests and bench/fault_injection.py can kill it at
 the moments that matter (not "some time during the benchmark"):
 
 * ``startup``: the study opened and locked, the budget saved, before the first trial;
+* ``asked``: a trial asked of the study, before anything (its owner) is written on it;
 * ``started``: a trial's server started, before it is recorded in the study;
 * ``benchmark``: a trial's first benchmark run done, the next one not started;
 * ``confirm-started`` / ``confirm-benchmark``: the same two moments in the confirm phase.

@@ -12,6 +12,7 @@ file's text (pid, start time) only serves the message.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import json
@@ -28,6 +29,15 @@ from sweeper.remote.local import pid_alive
 from sweeper.study.base import public_url, storage_key
 
 ENV_DIR = "SWEEPER_LOCK_DIR"
+# Locks this process holds: released at exit whatever path led there (Ctrl-C, an abort, a
+# storage fault), so no lock file is left behind for the next run to take over.
+_HELD: set[StudyLock] = set()
+
+
+@atexit.register
+def _release_all() -> None:
+    for lock in list(_HELD):
+        lock.release()
 
 
 def lock_dir() -> Path:
@@ -72,11 +82,13 @@ class StudyLock:
                              "host": self.host, "storage": public_url(self.storage_url)}))
         fh.flush()
         self._fh = fh
+        _HELD.add(self)
         return self
 
     def release(self) -> None:
         """Delete the file, then unlock: no lock files pile up, and one that a kill -9 left
         behind is reused by the next holder."""
+        _HELD.discard(self)
         if self._fh is not None:
             with contextlib.suppress(OSError):
                 os.unlink(self.path)

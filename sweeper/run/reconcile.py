@@ -2,7 +2,9 @@
 
 A sweep killed by anything loses nothing: trials left RUNNING by a dead sweeper are found
 on the next start, their servers stopped, and their parameters enqueued again; the same
-command resumes towards the same target (``Budget``).
+command resumes towards the same target (``Budget``). A dead sweeper on this machine is
+known by its PID; one on another machine (or one killed before it wrote its owner) by a
+stale heartbeat (run/heartbeat.py), and any sweeper sharing the storage closes its trial.
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import optuna
@@ -23,13 +26,14 @@ from sweeper.remote import Host
 from sweeper.remote.local import pid_alive  # noqa: F401 - re-exported
 from sweeper.remote.server import ServerHandle
 from sweeper.results import attrs as A
-from sweeper.results.kind import TrialKind, kind_of, ran_on_server
+from sweeper.results.kind import ran_on_server
+from sweeper.run.heartbeat import STALE_SECONDS, is_stale, live_sweepers
 from sweeper.run.record import Recorder
 
-# A sweeper writes its owner (machine, pid) on a trial right after asking for it; a trial
-# RUNNING without one for longer than this was left by a sweeper killed in between.
-# Younger, it is being started by another sweeper sharing the storage: leave it alone.
-UNOWNED_GRACE = timedelta(minutes=5)
+# A trial RUNNING without an owner for longer than this was left by a sweeper killed
+# between ``ask`` and writing its owner (run/heartbeat.py: stale). Younger, it is being
+# started by another sweeper sharing the storage: leave it alone.
+UNOWNED_GRACE = timedelta(seconds=STALE_SECONDS)
 
 
 def owned_pgids(study: optuna.Study) -> set[int]:
@@ -59,7 +63,11 @@ def requeue(study: optuna.Study, t: FrozenTrial | Trial, count_attempt: bool) ->
     attempt = int(t.user_attrs.get(A.ATTEMPT, 0)) + (1 if count_attempt else 0)
     attrs = {A.ROLE: t.user_attrs.get(A.ROLE, A.SAMPLER), A.ATTEMPT: attempt,
              A.RETRY_OF: t.number}
-    study.enqueue_trial(dict(t.params), user_attrs=attrs)
+    # a queued trial killed right after ``ask`` has no params yet: Optuna keeps the queued
+    # ones in ``fixed_params`` until they are suggested (else the retry would be a new one)
+    fixed = t.system_attrs.get("fixed_params") if isinstance(t, FrozenTrial) else None
+    params = dict(t.params) or dict(fixed or {})
+    study.enqueue_trial(params, user_attrs=attrs)
     return attempt
 
 
@@ -79,19 +87,25 @@ def reconcile(study: optuna.Study, recorder: Recorder, host: Host | Sequence[Hos
             stop(handle)
         study.set_user_attr(A.KEPT_SERVER, None)
     n = 0
+    now = time.time()
+    # nobody else works on the study: an owner-less trial, however young, was asked by a
+    # sweeper killed before it wrote its owner (waiting for it to go stale would hold a
+    # place of the budget for nothing)
+    alone = not live_sweepers(study, now)
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if A.REPLAY_ID in t.user_attrs:
             continue  # a kept measurement half written in: the run holding its file ends it
         owner = t.user_attrs.get(A.OWNER) or {}
-        if not owner and t.datetime_start is not None and \
-                datetime.now() - t.datetime_start < UNOWNED_GRACE:
-            continue  # just asked by another sweeper, its owner not written yet
-        if owner.get("machine") == me and pid_alive(int(owner.get("pid", -1))):
+        here = owner.get("machine") == me
+        if owner and here and pid_alive(int(owner.get("pid", -1))):
             continue  # another live sweeper on this machine owns it
-        if owner and owner.get("machine") != me:
-            line(f"[yellow]trial {t.number} is RUNNING under a sweeper on "
-                 f"{owner.get('machine')}; leaving it alone[/]")
-            continue
+        if not (owner and here) and not is_stale(t, now) and not (alone and not owner):
+            if owner:  # beating: a live sweeper elsewhere
+                line(f"[yellow]trial {t.number} is RUNNING under a sweeper on "
+                     f"{owner.get('machine')}; leaving it alone[/]")
+            continue  # owner-less but young: just asked by another sweeper
+        if not close_interrupted(study, recorder, t, stale=not (owner and here)):
+            continue  # closed by another sweeper meanwhile
         server = t.user_attrs.get(A.SERVER)
         if server and server.get("host") in hosts:
             handle = ServerHandle.from_attrs(server)
@@ -100,12 +114,29 @@ def reconcile(study: optuna.Study, recorder: Recorder, host: Host | Sequence[Hos
                      f"(pgid {handle.pgid})")
                 with contextlib.suppress(InfrastructureError):
                     stop(handle)
-        recorder.fail(recorder.slot_of(t.number), "interrupted",
-                      "the sweeper stopped during this trial (killed?)")
-        if kind_of(t) != TrialKind.CONFIRM:
-            requeue(study, t, count_attempt=False)
+        if owner and not here:
+            line(f"trial {t.number}: its sweeper on {owner.get('machine')} (PID "
+                 f"{owner.get('pid')}) stopped beating; closed and queued again")
         n += 1
     return n
+
+
+def close_interrupted(study: optuna.Study, recorder: Recorder, t: FrozenTrial,
+                      stale: bool) -> bool:
+    """FAIL (interrupted) and queue its parameters again, once: of two sweepers closing
+    the same trial, the one whose state write finds it finished already stops there.
+    False when someone else closed it."""
+    slot = recorder.slot_of(t.number)
+    why = ("its sweeper stopped beating (killed, or its machine or network is down)"
+           if stale else "the sweeper stopped during this trial (killed?)")
+    try:
+        recorder.set(slot, **{A.FAILURE: "interrupted", A.FAILURE_MSG: why})
+        recorder.storage.set_trial_state_values(slot.trial_id, TrialState.FAIL)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return False
+    if not t.user_attrs.get(A.CONFIRM):
+        requeue(study, t, count_attempt=False)
+    return True
 
 
 @dataclass(frozen=True)

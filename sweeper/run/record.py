@@ -15,9 +15,8 @@ Secrets never reach the storage or the artifact store: every text is scrubbed fi
 from __future__ import annotations
 
 import json
-import os
-import socket
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -34,7 +33,7 @@ from sweeper.measure.levels import objective_figures
 from sweeper.measure.stats import Ratio, summarize
 from sweeper.remote.server import ServerHandle
 from sweeper.results import attrs as A
-from sweeper.run import pending
+from sweeper.run import heartbeat, pending
 from sweeper.run.trial import Measurement
 from sweeper.study.base import public_url
 from sweeper.study.objective import Objective
@@ -86,12 +85,18 @@ class Recorder:
         template = FrozenTrial(
             number=-1, state=TrialState.RUNNING, value=None, datetime_start=datetime.now(),
             datetime_complete=None, params=params, distributions=distributions,
-            user_attrs=user_attrs, system_attrs={}, intermediate_values={}, trial_id=-1)
+            user_attrs={A.OWNER: heartbeat.me(), A.HEARTBEAT: time.time(), **user_attrs},
+            system_attrs={}, intermediate_values={}, trial_id=-1)
         template.set_constraint("failed", 0.0)
         trial_id = self.storage.create_new_trial(self._study_id, template_trial=template)
         return Slot(self.storage.get_trial(trial_id).number, trial_id)
 
     def set(self, slot: Slot, **values: Any) -> None:
+        if slot.trial is not None and slot.trial_id not in self._written:
+            # the first write to a trial this process asked for names its owner (and a
+            # first beat, run/heartbeat.py): until then it is owner-less, which the other
+            # sweepers sharing the storage take for an orphan once that lasts
+            values = {A.OWNER: heartbeat.me(), A.HEARTBEAT: time.time(), **values}
         self._written.setdefault(slot.trial_id, {}).update(values)
         self._started.setdefault(slot.trial_id, datetime.now())
         for key, value in values.items():
@@ -103,7 +108,7 @@ class Recorder:
         self.set(slot, **{
             A.ROLE: role, A.CONFIG_ID: config.config_id(), A.EFFECTIVE: effective,
             A.LAUNCH: {**config.to_dict(redact=True), "command": command},
-            A.OWNER: {"machine": socket.gethostname(), "pid": os.getpid()},
+            A.OWNER: heartbeat.me(),
         })
 
     def server_started(self, slot: Slot, handle: ServerHandle) -> None:

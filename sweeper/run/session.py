@@ -52,6 +52,7 @@ from sweeper.results.storage import (
 )
 from sweeper.run import pending
 from sweeper.run.common import SweepOptions, SweepSummary, open_host
+from sweeper.run.heartbeat import Heartbeat, refuse_if_live
 from sweeper.run.lock import StudyLock, claim
 from sweeper.run.measurer import Measurer
 from sweeper.run.progress import NullReporter, Reporter
@@ -120,6 +121,7 @@ class HostSession:
         self.memory = FailureMemory()
         self.opened = False
         self.lock: StudyLock | None = None
+        self.beat: Heartbeat | None = None  # this sweeper's liveness, in the storage
         self.runner: TrialRunner | None = None  # the real measurer, once opened on a host
         self.preflight: PreflightReport | None = None
         if host is not None:
@@ -195,6 +197,8 @@ class HostSession:
             except PortBusy as exc:  # before the first restart, a busy port is the user's to fix
                 raise PreflightError(str(exc)) from exc
         if fresh and study is not None:
+            # another sweeper, on any machine, working on it: seen through the storage
+            refuse_if_live(study, "--fresh", str(self.spec.path), self.storage_url)
             n = len(study.get_trials(deepcopy=False))
             if n and (allow_delete is None or not allow_delete(n)):
                 raise InputError(f"--fresh: not deleting the {n} trials of study "
@@ -207,6 +211,7 @@ class HostSession:
         if storage is None:
             storage = open_storage(self.storage_url)
         study = create_study(storage, self.spec, self.space, sampler, self.summary.simulated)
+        self.beat = Heartbeat.start(storage, self.spec.name)  # seen by other sweepers
         if isinstance(self.preflight, PreflightReport):
             # what exports need: the build's flags, its retired ones, its version
             study.set_user_attr(A.BUILD, self.preflight.build_attrs(sglang_version(
@@ -284,7 +289,10 @@ class HostSession:
         self.close()
 
     def close(self) -> None:
-        """Release the study's lock (the servers were stopped by then)."""
+        """Release the study's lock and stop beating (the servers were stopped by then)."""
+        if self.beat is not None:
+            self.beat.stop()
+            self.beat = None
         if self.lock is not None:
             self.lock.release()
 

@@ -188,6 +188,7 @@ class HostPool:
                 raise NoRoom
             with self._lock:
                 trial, created = self._ask(w)
+                killpoint("asked")  # test-only: a kill before the trial names its owner
                 queued = A.ROLE in trial.user_attrs and not created
                 role = str(trial.user_attrs.get(A.ROLE, A.SAMPLER))
                 config = s.space.baseline_config() if role == A.BASELINE else \

@@ -33,7 +33,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from sweeper.errors import InputError
-from sweeper.launch import is_secret, is_secret_flag
+from sweeper.launch import is_secret, is_secret_flag, mark_secret
 from sweeper.remote.host import WILDCARDS
 from sweeper.remote.target import parse_target
 from sweeper.study.base import ENV_PREFIX, RESERVED_FLAGS, fail, public_url, shorten, show, suggest
@@ -381,6 +381,11 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
     if not is_address(server.host):
         fail(path, "server.host", f"{show(server.host)} is neither an IP address nor a host "
              "name", "use 127.0.0.1, 0.0.0.0 or the name of one of the node's interfaces")
+    for i, marked in enumerate(server.secrets):
+        if marked not in server.env and marked not in server.args:
+            fail(path, f"server.secrets[{i}]", f"{show(marked)} is neither in server.env nor "
+                 "in server.args", "list the name of a variable or flag the study sets")
+    mark_secret(server.secrets)  # before anything is shown: hidden in errors from here on
     for flag, value in server.args.items():
         _check_flag_name(path, f"server.args.{flag}", flag)
         _check_arg_value(path, f"server.args.{flag}", value)

@@ -93,6 +93,8 @@ class ServerSpec(_Model):
     stop_grace: Duration = 30.0
     args: dict[str, Any] = Field(default_factory=dict)
     env: dict[str, Any] = Field(default_factory=dict)  # str -> str after load_study
+    # env variables or flags holding secrets whose names the rule (TOKEN, KEY, ...) misses
+    secrets: list[str] = Field(default_factory=list)
 
 
 

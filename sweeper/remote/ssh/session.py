@@ -12,8 +12,8 @@ import threading
 
 import paramiko
 from tenacity import (
+    RetryCallState,
     Retrying,
-    before_sleep_log,
     retry_if_exception_type,
     stop_before_delay,
     wait_exponential,
@@ -26,6 +26,9 @@ from sweeper.remote.ssh.faults import TRANSPORT_ERRORS, Transient, lost
 
 log = logging.getLogger("sweeper.remote.ssh")
 FIRST_CONNECT_BUDGET = 10.0  # seconds of retries before the very first connection gives up
+# paramiko logs its own view of every fault ("Secsh channel 24 open FAILED: ..."), which
+# faults.py already turns into the sweeper's errors and words: the user sees those only.
+logging.getLogger("paramiko").setLevel(logging.CRITICAL)
 
 
 class Session:
@@ -42,6 +45,17 @@ class Session:
         self._sftp: paramiko.SFTPClient | None = None
         self._ever_connected = False
         self._lock = threading.RLock()
+
+    def _say_retry(self, level: int, budget: float):  # noqa: ANN202 - tenacity's hook
+        """One sweeper line per retry (tenacity's own names a function and a repr)."""
+        def say(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome is not None else None
+            wait = state.next_action.sleep if state.next_action is not None else 0.0
+            reason = str(exc).strip().splitlines()[0] if exc and str(exc).strip() else \
+                type(exc).__name__
+            log.log(level, "ssh %s: connection failed (%s); retry %d in %.1fs (gives up "
+                    "after %.0fs)", self.name, reason, state.attempt_number, wait, budget)
+        return say
 
     def transport(self) -> paramiko.Transport:
         """The live transport, re-connecting (bounded retries) when it has dropped."""
@@ -60,7 +74,8 @@ class Session:
                 stop=stop_before_delay(budget),
                 wait=wait_exponential(multiplier=0.25, min=0.25, max=4),
                 retry=retry_if_exception_type(Transient),
-                before_sleep=before_sleep_log(log, logging.DEBUG if first else logging.WARNING),
+                before_sleep=self._say_retry(logging.DEBUG if first else logging.WARNING,
+                                             budget),
                 reraise=True,
             )
             try:
