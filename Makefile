@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-traffic test test-stress lint sshd chromium postgres docker slurm clean
+.PHONY: demo demo-traffic test test-sglang test-stress lint sshd chromium postgres docker slurm clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -79,6 +79,29 @@ test: $(STAMP) sshd chromium postgres docker slurm
 	echo "== the timing tests (the simulator's wall-clock tok/s), alone: =="; \
 	$(BIN)/python -m pytest -q -m timing || rc=$$?; \
 	exit $$rc
+
+# The tests against the REAL SGLang 0.5.23 (tests/sglang/, marked `sglang`, left out of
+# `make test`): CPU-only, a tiny random Llama made locally. SGLang lives in a venv cached
+# outside the clone (~11 GB, ~9 min to install once); the stamp file is written last, so an
+# interrupted install is redone, never half-used. SGLANG_VENV moves it.
+SGLANG_VERSION := 0.5.23
+SGLANG_CACHE ?= $(if $(XDG_CACHE_HOME),$(XDG_CACHE_HOME)/sweeper,$(if $(filter 0,$(shell id -u)),/var/cache/sweeper,$(HOME)/.cache/sweeper))
+SGLANG_VENV ?= $(SGLANG_CACHE)/sglang-$(SGLANG_VERSION)
+SGLANG_STAMP := $(SGLANG_VENV)/.sweeper-complete
+
+$(SGLANG_STAMP):
+	@echo "installing SGLang $(SGLANG_VERSION) into $(SGLANG_VENV) (once; ~9 min, ~11 GB)"
+	test -x $(SGLANG_VENV)/bin/python || $(PY) -m venv $(SGLANG_VENV)
+	@start=$$(date +%s); \
+	$(SGLANG_VENV)/bin/pip install -q --upgrade pip && \
+	$(SGLANG_VENV)/bin/pip install -q sglang==$(SGLANG_VERSION) && \
+	$(SGLANG_VENV)/bin/python -c "import importlib.metadata as m; assert m.version('sglang') == '$(SGLANG_VERSION)'" && \
+	echo "SGLang $(SGLANG_VERSION) installed in $$(( $$(date +%s) - start )) s"
+	echo "sglang==$(SGLANG_VERSION)" > $(SGLANG_STAMP)
+
+test-sglang: $(STAMP) $(SGLANG_STAMP)
+	SWEEPER_SGLANG_PYTHON=$(SGLANG_VENV)/bin/python SWEEPER_TEST_TIMEOUT_FACTOR=2 \
+	  $(BIN)/python -m pytest -q -m sglang --durations=0 tests/sglang
 
 # The SSH and sweep tests while a CPU burner keeps every core busy (tests/stress.py).
 test-stress: $(STAMP) sshd

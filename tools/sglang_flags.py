@@ -4,6 +4,10 @@
     python tools/sglang_flags.py /tmp/sgl/sglang-0.5.23-*.whl \
         > tests/fixtures/sglang-0.5.23-flags.json
 
+or, with no argument, by the python of a venv where SGLang is installed (`make
+test-sglang`'s): SGLang's own modules, nothing stood in for; tests/sglang checks the two
+give the same table.
+
 The wheel (or an unpacked tree holding ``sglang/``) is put first on ``sys.path``; every
 third-party module SGLang imports at the top of server_args.py (torch, numpy, ...) that is
 not installed is replaced by an inert stand-in, so only SGLang's own code builds the
@@ -171,10 +175,11 @@ def install(wheel_or_tree: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
+    if len(argv) > 1:
         print(__doc__, file=sys.stderr)
         return 2
-    install(argv[0])
+    if argv:
+        install(argv[0])
     from sglang.srt.server_args import ServerArgs  # noqa: PLC0415 (after the stand-ins)
 
     parser = argparse.ArgumentParser(prog="sglang serve")

@@ -12,10 +12,12 @@ ConfigurationFailure (the configuration's fault) or an InfrastructureError (not 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sweeper.errors import (
+    BenchmarkTransportError,
     ConfigurationFailure,
     InfrastructureError,
     ServerErrorResponse,
@@ -32,6 +34,9 @@ from sweeper.run.progress import NullReporter, Reporter
 from sweeper.study import HostSpec, ServerSpec
 
 LOG_ARTIFACT_BYTES = 4 * 1024 * 1024
+# How long a server that cut the benchmark off may take to exit before the cut is taken for
+# the network's fault (infrastructure) rather than its death (the configuration's).
+DEATH_GRACE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,16 @@ class TrialRunner:
             except BenchmarkError as exc:
                 raise ConfigurationFailure("crash", f"benchmark unusable: {exc}",
                                            self.manager.log_tail(handle)) from exc
+            except BenchmarkTransportError:
+                # A server whose scheduler died cuts the stream while its main process is
+                # still tearing itself down (SGLang 0.5.23 kills its own tree seconds
+                # later): give it a bounded moment before calling it the network's fault.
+                deadline = time.monotonic() + DEATH_GRACE_S
+                while time.monotonic() < deadline:
+                    if self.manager.exited(handle):
+                        raise self.manager.failure_from_exit(handle, "while serving") from None
+                    time.sleep(0.5)
+                raise
         # The server's own view of the same window: its "Decode batch" log lines.
         log_end = self.host.file_size(handle.log_path) or 0
         window = self.host.read_file(handle.log_path, max(0, log_end - log_start)) or ""
