@@ -108,7 +108,7 @@ test-stress: $(STAMP) sshd
 	$(BIN)/python tests/stress.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check sweeper tests bench
+	$(BIN)/ruff check sweeper tests bench tools
 	$(BIN)/mypy
 
 clean:
