@@ -137,7 +137,7 @@ def test_prompt_hash_ignores_ids_and_key_order(tmp_path: Path) -> None:
     [
         ("", "no prompts"),
         ("{oops\n", ":1: not valid JSON"),
-        ('{"messages": []}\n', "messages is empty"),
+        ('{"messages": []}\n', 'non-empty "messages" list'),
         ('{"prompt": "x"}\n', '"messages"'),
         ('{"messages": [{"role": "bot", "content": "x"}]}\n', "role"),
         (

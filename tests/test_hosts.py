@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import optuna
+import pytest
 from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.remote import LocalHost, free_port
@@ -22,6 +23,14 @@ from sweeper.study import parse_study
 from .conftest import demo_study_data
 
 T0 = datetime.now()  # live trials: started (and so beating, run/heartbeat.py) just now
+
+
+@pytest.fixture(autouse=True)
+def _started_now() -> None:
+    """Each test's live trials start when it runs, not when the module was imported: a
+    suite that reaches this file minutes later would see them stale."""
+    global T0
+    T0 = datetime.now()
 
 
 def trial(number: int, state: TrialState, start_s: float | None = 0.0,

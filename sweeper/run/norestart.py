@@ -34,8 +34,11 @@ def skip_known_failure(s: HostSession, slot: Slot, d: Decision, label: str) -> N
 
 
 def measured(study: optuna.Study, cid: str) -> list[tuple[int, float]]:
-    """(trial number, value told) of every measurement of configuration ``cid``."""
-    return [(t.number, float(t.value)) for t in
+    """(trial number, value told) of every measurement of configuration ``cid``. A study of
+    two objectives (pareto) has no one value to answer a repeat with: none."""
+    if len(study.directions) != 1:
+        return []
+    return [(t.number, float(t.values[0])) for t in
             study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if t.value is not None and t.user_attrs.get(A.CONFIG_ID) == cid
+            if t.values and t.user_attrs.get(A.CONFIG_ID) == cid
             and kind_of(t) != TrialKind.REPEAT]

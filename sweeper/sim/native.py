@@ -260,9 +260,9 @@ class NativeRoutes(WireMixin):
             self._sse({**head, "choices": [{"index": 0, "text": "", "logprobs": None,
                                             "finish_reason": end.reason if end
                                             else "abort", "matched_stop": None}]}, req)
-            if include_usage and finish:
+            if include_usage and end:
                 self._sse({**head, "choices": [],
-                           "usage": _usage(req.prompt_tokens, finish.completion_tokens)}, req)
+                           "usage": _usage(req.prompt_tokens, end.completion_tokens)}, req)
         self._sse_raw(b"data: [DONE]\n\n", req)
         self._end_stream(req)
 
