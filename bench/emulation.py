@@ -268,8 +268,10 @@ class EmulatedMeasurer:
         assert self.current is not None
         if on_start is not None:
             on_start(self.current)
-        failure = expect.failure
+        failure = next((expect.levels[c].failure for c in bench.levels
+                        if expect.levels[c].failure), None)
         if failure is not None:
+            self.log.append(Measured(cid, self.restarts, {}))
             raise ConfigurationFailure(failure, f"emulated {failure} (the simulator's ground "
                                                 "truth for this configuration)")
         # every level of the study on this one start, in the study's order (run/trial.py)
@@ -310,8 +312,9 @@ class EmulatedMeasurer:
 
 @dataclass
 class Measured:
-    """One configuration measured (served, every level benchmarked): its per-request tok/s
-    per run at each level, and the measurer's restarts so far (this one's included)."""
+    """One configuration served and benchmarked at every level: its per-request tok/s per
+    run at each level (empty: it failed), and the measurer's restarts so far (this one's
+    included)."""
 
     cid: str
     restarts: int
@@ -460,6 +463,23 @@ def run_loop(spec: StudySpec, options: SweepOptions, session: HostSession, out: 
 
 
 RESUMES = 20
+
+
+def sweep_only(truth: GroundTruth, spec: StudySpec, sampler: optuna.samplers.BaseSampler,
+               seed: int, trials: int, *, noise: bool = True) -> EmulatedMeasurer:
+    """The product's loop alone (no confirm phase) for ``trials`` trials of ``spec``, a
+    study on the truth's space whose levels are among the truth's (its objective may
+    differ); the measurer's ``log`` says what it measured, in order."""
+    measurer = EmulatedMeasurer(truth, seed, noise=noise)
+    with tempfile.TemporaryDirectory(prefix="sweeper-bench-") as tmp:
+        options = SweepOptions(trials=trials, storage=f"sqlite:///{tmp}/bench.db", seed=seed,
+                               notes=False)
+        storage = optuna.storages.InMemoryStorage()
+        study = create_study(storage, spec, SearchSpace(spec), sampler, simulated=True)
+        session = HostSession(spec, options)
+        session.attach(study, storage, measurer, LocalHost())
+        run_loop(spec, options, session, Sweep(), measurer).done()
+    return measurer
 
 
 def after_sweep_plan(spec: StudySpec, sampler: str) -> int:
