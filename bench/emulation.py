@@ -1,5 +1,6 @@
 """The product's trial loop on the simulator's ground truth, in process: an emulated
-measurer for bench/search_efficiency.py, bench/failure_rate.py and the tests.
+measurer for bench/search_efficiency.py, bench/failure_rate.py, bench/levels_sharing.py
+and the tests.
 
 ALL FIGURES COME FROM THE SIMULATED SGLang SERVER's performance model (sweeper.sim, a test
 double): ground truth from ``sweeper.sim.expected_throughput``, measurement noise drawn the
@@ -15,10 +16,12 @@ exactly as the CLI does them. The measurer:
 
 * a configuration that truly fails raises the ConfigurationFailure its server would (the
   ground truth's class: oom, nccl, hang, invalid_args);
-* one that serves returns ``benchmark.runs`` runs (more when the loop's ``more`` asks):
-  the simulator's noise, a log-normal time factor (sd ``noise.cycle_sd``) on prefill +
-  every verify cycle and a log-normal factor (sd ``noise.accept_sd``) on the per-depth
-  acceptance; noise off (``noise=False``) gives the expectation itself;
+* one that serves returns ``benchmark.runs`` runs at every concurrency level of the study
+  on the one start (more when the loop's ``more`` asks), each run ``level`` requests with
+  the simulator's noise drawn per request: a log-normal time factor (sd
+  ``noise.cycle_sd``) on prefill + every verify cycle and a log-normal factor (sd
+  ``noise.accept_sd``) on the per-depth acceptance; noise off (``noise=False``) gives
+  the expectation itself;
 * a simulated clock advances by the start-up seconds on every restart and by each run's
   seconds (its tokens at its tok/s).
 
