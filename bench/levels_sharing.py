@@ -81,14 +81,14 @@ def sweep(truth: GroundTruth, spec: StudySpec, seed: int, trials: int, sampler: 
     return sweep_only(truth, spec, made, seed, trials).log
 
 
-def interleave(logs: list[list[Measured]], cost: int = 1) -> list[tuple[int, Measured]]:
+def interleave(logs: list[list[Measured]]) -> list[tuple[int, Measured]]:
     """The studies' measurements one each in turn, with the restarts of all together
-    after each (``cost`` restarts for each of a study's own)."""
+    after each."""
     out, total, seen = [], 0, [0] * len(logs)
     for i in range(max(map(len, logs), default=0)):
         for k, log in enumerate(logs):
             if i < len(log):
-                total += cost * (log[i].restarts - seen[k])
+                total += log[i].restarts - seen[k]
                 seen[k] = log[i].restarts
                 out.append((total, log[i]))
     return out
@@ -126,7 +126,7 @@ def campaigns(key: str, truth: GroundTruth, seed: int, budget: int, sampler: str
               ) -> dict[str, dict[float, float]]:
     shared = interleave([sweep(truth, truth.spec, seed, budget, sampler)])
     same = [(restarts * len(LEVELS), m) for restarts, m in shared]
-    per_level = budget // len(LEVELS) + 1
+    per_level = budget // len(LEVELS) + 1  # trials each: the budget's restarts together
     separate = interleave([sweep(truth, study(key, (c,)), seed * 10 + i, per_level, sampler)
                            for i, c in enumerate(LEVELS)])
     return {SHARED: reached(truth, shared, budget), SAME: reached(truth, same, budget),
