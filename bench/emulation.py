@@ -1,5 +1,6 @@
 """The product's trial loop on the simulator's ground truth, in process: an emulated
-measurer for bench/search_efficiency.py, bench/failure_rate.py and the tests.
+measurer for bench/search_efficiency.py, bench/failure_rate.py, bench/levels_sharing.py
+and the tests.
 
 ALL FIGURES COME FROM THE SIMULATED SGLang SERVER's performance model (sweeper.sim, a test
 double): ground truth from ``sweeper.sim.expected_throughput``, measurement noise drawn the
@@ -15,10 +16,12 @@ exactly as the CLI does them. The measurer:
 
 * a configuration that truly fails raises the ConfigurationFailure its server would (the
   ground truth's class: oom, nccl, hang, invalid_args);
-* one that serves returns ``benchmark.runs`` runs (more when the loop's ``more`` asks):
-  the simulator's noise, a log-normal time factor (sd ``noise.cycle_sd``) on prefill +
-  every verify cycle and a log-normal factor (sd ``noise.accept_sd``) on the per-depth
-  acceptance; noise off (``noise=False``) gives the expectation itself;
+* one that serves returns ``benchmark.runs`` runs at every concurrency level of the study
+  on the one start (more when the loop's ``more`` asks), each run ``level`` requests with
+  the simulator's noise drawn per request: a log-normal time factor (sd
+  ``noise.cycle_sd``) on prefill + every verify cycle and a log-normal factor (sd
+  ``noise.accept_sd``) on the per-depth acceptance; noise off (``noise=False``) gives
+  the expectation itself;
 * a simulated clock advances by the start-up seconds on every restart and by each run's
   seconds (its tokens at its tok/s).
 
@@ -125,82 +128,109 @@ def sampler_for(strategy: str, truth: GroundTruth, seed: int) -> optuna.samplers
 # --------------------------------------------------------------------------- ground truth
 @dataclass
 class Config:
+    """One configuration's ground truth at every level of the study (``truth``: at the
+    objective's primary level; ``failure``: the first level's failure, when any)."""
+
     cid: str
     effective: dict[str, Any]
     launch: LaunchConfig
-    truth: Expectation
+    levels: dict[int, Expectation]
+    value: float | None  # the study's objective, noise-free (None: it fails)
+    primary: int
+
+    @property
+    def truth(self) -> Expectation:
+        return self.levels[self.primary]
+
+    @property
+    def failure(self) -> str | None:
+        return next((e.failure for e in self.levels.values() if e.failure), None)
 
     @property
     def tok_s(self) -> float | None:
-        return self.truth.tok_s
+        return self.value
 
 
 class GroundTruth:
-    """Every valid configuration of a study's space with the simulator's expectation,
-    the true optimum, and noisy measurements drawn like the simulated server's."""
+    """Every valid configuration of a study's space with the simulator's expectation at
+    each of the study's concurrency levels, the true optimum of the study's objective (one
+    level's tok/s per request, or a mix of levels), and noisy measurements drawn like the
+    simulated server's."""
 
     def __init__(self, spec: StudySpec, profile: str) -> None:
         self.spec = spec
         self.space = SearchSpace(spec)
         self.profile = load_profile(profile)
+        self.levels = spec.benchmark.levels
         self.configs: dict[str, Config] = {}
         for _, eff in self.space.configurations():
             launch = self.space.launch_config(eff)
             cid = launch.config_id()
             if cid not in self.configs:
-                self.configs[cid] = Config(cid, eff, launch, self._expect(launch))
+                self.configs[cid] = self._config(cid, eff, launch)
         self.space_cids = list(self.configs)
         base = self.space.baseline_config()
         self.baseline_cid = base.config_id()
-        self.configs[self.baseline_cid] = Config(self.baseline_cid, {}, base, self._expect(base))
+        self.configs[self.baseline_cid] = self._config(self.baseline_cid, {}, base)
         ok = [c for c in self.configs.values() if c.tok_s is not None]
         self.best = max(ok, key=lambda c: c.tok_s or 0.0)
         self.optimum = float(self.best.tok_s or 0.0)
 
-    def _expect(self, launch: LaunchConfig) -> Expectation:
-        return expected_throughput(self.profile, launch.args, launch.env,
-                                   concurrency=self.spec.benchmark.concurrency)
+    def _config(self, cid: str, eff: dict[str, Any], launch: LaunchConfig) -> Config:
+        at = {c: expected_throughput(self.profile, launch.args, launch.env, concurrency=c)
+              for c in self.levels}
+        value = None if any(e.failure for e in at.values()) else \
+            self.spec.objective.combine({c: float(e.tok_s or 0.0) for c, e in at.items()})
+        return Config(cid, eff, launch, at, value, self.spec.objective.primary)
 
     def config(self, cid: str, launch: LaunchConfig) -> Config:
         if cid not in self.configs:  # not reachable from the space: compute it anyway
-            self.configs[cid] = Config(cid, {}, launch, self._expect(launch))
+            self.configs[cid] = self._config(cid, {}, launch)
         return self.configs[cid]
 
     def fails(self, cid: str) -> bool:
-        return self.configs[cid].truth.failure is not None
+        return self.configs[cid].failure is not None
 
     def true_tok_s(self, cid: str) -> float:
+        """The study's objective, noise-free (tok/s per request at its level, or the mix)."""
         return float(self.configs[cid].tok_s or 0.0)
 
     def gap(self, cid: str) -> float:
-        """True tok/s of ``cid`` relative to the optimum, minus 1 (0 = the optimum)."""
+        """True objective of ``cid`` relative to the optimum, minus 1 (0 = the optimum)."""
         return self.true_tok_s(cid) / self.optimum - 1
 
     def measure(self, cid: str, rng: random.Random, runs: int | None = None) -> list[float]:
-        """benchmark.runs per-request tok/s, the simulator's schedule x its noise
-        (engine.NoiseSource.draw per measured request; the warm-up is not counted)."""
-        return self.measure_accept(cid, rng, runs)[0]
+        """benchmark.runs per-request tok/s at the primary level, the simulator's schedule
+        x its noise (engine.NoiseSource.draw per measured request; warm-up not counted)."""
+        return [sum(r) / len(r) for r in self.measure_accept(cid, rng, runs)[0]]
 
-    def measure_accept(self, cid: str, rng: random.Random, runs: int | None = None
-                       ) -> tuple[list[float], float | None]:
-        """``measure`` and the mean accept length the server's counters would report."""
-        cfg = self.configs[cid].truth.config
+    def measure_accept(self, cid: str, rng: random.Random, runs: int | None = None,
+                       level: int | None = None) -> tuple[list[list[float]], float | None]:
+        """Per run, each of its ``level`` requests' tok/s (one draw of the simulator's noise
+        per request, as engine.NoiseSource draws them), and the mean accept length the
+        server's counters would report. ``level``: default the primary one."""
+        conf = self.configs[cid]
+        level = conf.primary if level is None else level
+        cfg = conf.levels[level].config
         assert cfg is not None
         p, bench = self.profile, self.spec.benchmark
-        batch = max(1, min(bench.concurrency, cfg.max_running))
+        batch = max(1, min(level, cfg.max_running))
         cycle = M.cycle_ms(p, cfg, batch)
         prefill = M.prefill_ms(p, cfg, batch)
         out, accepts = [], []
         for _ in range(bench.runs if runs is None else runs):
-            tf = math.exp(rng.gauss(0.0, p.noise.cycle_sd))
-            af = math.exp(rng.gauss(0.0, p.noise.accept_sd))
-            if cfg.speculative:
-                dist = M.accept_distribution(M.depth_acceptance(p, cfg, af))
-                steps = M.verify_steps_for(dist, bench.max_tokens)
-                accepts.append((bench.max_tokens - 1) / steps)
-            else:
-                steps = bench.max_tokens - 1
-            out.append(bench.max_tokens / ((prefill + steps * cycle) * tf) * 1000.0)
+            run = []
+            for _ in range(level):
+                tf = math.exp(rng.gauss(0.0, p.noise.cycle_sd))
+                af = math.exp(rng.gauss(0.0, p.noise.accept_sd))
+                if cfg.speculative:
+                    dist = M.accept_distribution(M.depth_acceptance(p, cfg, af))
+                    steps = M.verify_steps_for(dist, bench.max_tokens)
+                    accepts.append((bench.max_tokens - 1) / steps)
+                else:
+                    steps = bench.max_tokens - 1
+                run.append(bench.max_tokens / ((prefill + steps * cycle) * tf) * 1000.0)
+            out.append(run)
         return out, (statistics.fmean(accepts) if accepts else None)
 
 
@@ -219,6 +249,7 @@ class EmulatedMeasurer:
         self.restarts = 0
         self.bench_runs = 0
         self.current: ServerHandle | None = None
+        self.log: list[Measured] = []  # every configuration measured, in order
 
     def now(self) -> float:
         return self.clock
@@ -240,29 +271,40 @@ class EmulatedMeasurer:
         assert self.current is not None
         if on_start is not None:
             on_start(self.current)
-        failure = expect.truth.failure
+        failure = next((expect.levels[c].failure for c in bench.levels
+                        if expect.levels[c].failure), None)
         if failure is not None:
+            self.log.append(Measured(cid, self.restarts, {}))
             raise ConfigurationFailure(failure, f"emulated {failure} (the simulator's ground "
                                                 "truth for this configuration)")
-        runs, accept = self._runs(cid, bench.runs)
-        cap = bench.max_runs or 0
-        while more is not None and len(runs) < cap:  # measure/client.run_benchmark's loop
-            extra = min(more(list(runs)), cap - len(runs))
-            if extra <= 0:
-                break
-            runs.extend(self._runs(cid, extra)[0])
-        self.bench_runs += len(runs)
-        self.clock += sum(bench.max_tokens / v for v in runs if v > 0)
-        result = _bench_result(runs, accept, bench)
-        level = primary if primary is not None else min(bench.levels)
-        return Measurement(config, self.current, result, 0.0 if reused else self.restart_s,
-                           DecodeSummary(0, None, None, None, 0), reused, {level: result})
+        # every level of the study on this one start, in the study's order (run/trial.py)
+        levels: dict[int, BenchResult] = {}
+        measured: dict[int, list[float]] = {}
+        for level in bench.levels:
+            runs, accept = self._runs(cid, bench.runs, level)
+            cap = bench.max_runs or 0
+            # measure/client.run_benchmark's loop (one level only: BenchSpec.extends)
+            while more is not None and bench.extends and len(runs) < cap:
+                extra = min(more([_tok_s(r, bench.max_tokens) for r in runs]),
+                            cap - len(runs))
+                if extra <= 0:
+                    break
+                runs.extend(self._runs(cid, extra, level)[0])
+            self.bench_runs += len(runs)
+            self.clock += sum(_wall(r, bench.max_tokens) for r in runs)
+            levels[level] = _bench_result(runs, accept, bench.at_level(level))
+            measured[level] = [_mean(r) for r in runs]
+        self.log.append(Measured(cid, self.restarts, measured))
+        level = primary if primary in levels else min(levels)
+        return Measurement(config, self.current, levels[level],
+                           0.0 if reused else self.restart_s,
+                           DecodeSummary(0, None, None, None, 0), reused, levels)
 
-    def _runs(self, cid: str, n: int) -> tuple[list[float], float | None]:
+    def _runs(self, cid: str, n: int, level: int) -> tuple[list[list[float]], float | None]:
         if self.noise:
-            return self.truth.measure_accept(cid, self.rng, n)
-        tok_s = self.truth.true_tok_s(cid)
-        return [tok_s] * n, None
+            return self.truth.measure_accept(cid, self.rng, n, level)
+        tok_s = float(self.truth.configs[cid].levels[level].tok_s or 0.0)
+        return [[tok_s] * level for _ in range(n)], None
 
     def stop(self, best_effort: bool = False, label: str = "") -> None:
         self.current = None
@@ -271,16 +313,47 @@ class EmulatedMeasurer:
         return None
 
 
-def _bench_result(runs: list[float], accept: float | None, bench: BenchSpec) -> BenchResult:
+@dataclass
+class Measured:
+    """One configuration served and benchmarked at every level: its per-request tok/s per
+    run at each level (empty: it failed), and the measurer's restarts so far (this one's
+    included)."""
+
+    cid: str
+    restarts: int
+    runs: dict[int, list[float]]
+
+
+def _mean(requests: list[float]) -> float:
+    return sum(requests) / len(requests)
+
+
+def _tok_s(requests: list[float], max_tokens: int) -> float:
+    """A run's tok/s as the client reports it: the request's at concurrency 1, else all
+    tokens of the round over its wall time (measure/runs.make_run)."""
+    if len(requests) == 1:
+        return requests[0]
+    return len(requests) * max_tokens / _wall(requests, max_tokens)
+
+
+def _wall(requests: list[float], max_tokens: int) -> float:
+    """A run's seconds: its slowest request's."""
+    return max(max_tokens / v if v > 0 else 0.0 for v in requests)
+
+
+def _bench_result(runs: list[list[float]], accept: float | None, bench: BenchSpec
+                  ) -> BenchResult:
     made = []
-    for i, v in enumerate(runs):
-        req = RequestResult(ok=True, error=None, prompt_index=i, prompt_tokens=None,
-                            completion_tokens=bench.max_tokens, ttft_s=None,
-                            e2e_s=bench.max_tokens / v if v > 0 else 0.0, tok_s=v,
-                            decode_tok_s=None, n_chunks=0, gap_mean_s=None, gap_max_s=None,
-                            short=False, text="")
-        made.append(make_run(i, [req], bench.max_tokens / v if v > 0 else 0.0, False))
-    return BenchResult(runs=made, warmup_runs=[], stats=summarize(runs), spec=bench,
+    for i, run in enumerate(runs):
+        reqs = [RequestResult(ok=True, error=None, prompt_index=i * len(run) + j,
+                              prompt_tokens=None, completion_tokens=bench.max_tokens,
+                              ttft_s=None, e2e_s=bench.max_tokens / v if v > 0 else 0.0,
+                              tok_s=v, decode_tok_s=None, n_chunks=0, gap_mean_s=None,
+                              gap_max_s=None, short=False, text="")
+                for j, v in enumerate(run)]
+        made.append(make_run(i, reqs, _wall(run, bench.max_tokens), False))
+    return BenchResult(runs=made, warmup_runs=[], stats=summarize([r.tok_s for r in made]),
+                       spec=bench,
                        prompt_hash="emulated", base_url="emulated", model=None,
                        started_at="", duration_s=0.0, accept_length=accept)
 
@@ -393,6 +466,23 @@ def run_loop(spec: StudySpec, options: SweepOptions, session: HostSession, out: 
 
 
 RESUMES = 20
+
+
+def sweep_only(truth: GroundTruth, spec: StudySpec, sampler: optuna.samplers.BaseSampler,
+               seed: int, trials: int, *, noise: bool = True) -> EmulatedMeasurer:
+    """The product's loop alone (no confirm phase) for ``trials`` trials of ``spec``, a
+    study on the truth's space whose levels are among the truth's (its objective may
+    differ); the measurer's ``log`` says what it measured, in order."""
+    measurer = EmulatedMeasurer(truth, seed, noise=noise)
+    with tempfile.TemporaryDirectory(prefix="sweeper-bench-") as tmp:
+        options = SweepOptions(trials=trials, storage=f"sqlite:///{tmp}/bench.db", seed=seed,
+                               notes=False)
+        storage = optuna.storages.InMemoryStorage()
+        study = create_study(storage, spec, SearchSpace(spec), sampler, simulated=True)
+        session = HostSession(spec, options)
+        session.attach(study, storage, measurer, LocalHost())
+        run_loop(spec, options, session, Sweep(), measurer).done()
+    return measurer
 
 
 def after_sweep_plan(spec: StudySpec, sampler: str) -> int:
