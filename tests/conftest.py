@@ -42,9 +42,13 @@ def demo_study_data(tmp: Path, **overrides: Any) -> dict[str, Any]:
             "startup_timeout": duration(30),
             "hang_timeout": duration(4),
             "stop_grace": "5s",
+            # 60-token runs are shorter than SGLang 0.5.23's default decode-log interval
+            # (40 iterations, counted afresh after each /flush_cache): without a decode line
+            # a run has no accept length, so the tests' servers log one every 8
             "args": {"model-path": "sim/demo-model", "tp-size": 4,
                      "speculative-algorithm": "EAGLE3",
-                     "speculative-draft-model-path": "sim/demo-eagle3"},
+                     "speculative-draft-model-path": "sim/demo-eagle3",
+                     "decode-log-interval": 8},
         },
         "baseline": True,
         "space": {

@@ -58,9 +58,6 @@ def container_study(tmp: Path, d: Dockerd, mark: str, **overrides: Any) -> dict[
     data["server"]["launcher"] = (SIM_LAUNCHER + " --sim-echo-env NCCL_ALGO"
                                   " --sim-echo-env SIM_MARK")
     data["server"]["env"] = {"SIM_MARK": mark}
-    # 60-token runs are shorter than SGLang 0.5.23's default decode-log interval (40
-    # iterations, counted afresh after each /flush_cache): log a line every 8
-    data["server"]["args"]["decode-log-interval"] = 8
     data["space"]["env.NCCL_ALGO"] = {"choices": ["unset", "Ring", "Tree", "CollNetDirect"]}
     return data
 
