@@ -16,14 +16,22 @@ exactly as the CLI does them. The measurer:
 * a configuration that truly fails raises the ConfigurationFailure its server would (the
   ground truth's class: oom, nccl, hang, invalid_args);
 * one that serves returns ``benchmark.runs`` runs (more when the loop's ``more`` asks):
-  the simulator's noise, a log-normal time factor (sd ``noise.cycle_sd``) on prefill +
-  every verify cycle and a log-normal factor (sd ``noise.accept_sd``) on the per-depth
-  acceptance; noise off (``noise=False``) gives the expectation itself;
+  the simulator's noise (sweeper/sim/engine.NoiseSource), a log-normal time factor (sd
+  ``noise.cycle_sd``) on prefill + every verify cycle and a log-normal factor (sd
+  ``noise.accept_sd``) on the per-depth acceptance; a real node's: one speed factor per
+  server start (sd ``noise.start_sd``, or the bench's ``start_sd``), and each prompt's
+  acceptance factor (sweeper/sim/prompts.accept_factor: its category's and its own), the
+  prompts taken in the study's one order (measure/prompts.py) from where the loop says
+  (``first_round``), each run recording its position and categories as the real client's
+  do; noise off (``noise=False``) gives the expectation itself, with no start or prompt
+  effect (the simulator at --sim-noise 0);
 * a simulated clock advances by the start-up seconds on every restart and by each run's
   seconds (its tokens at its tok/s).
 
 Every record carries the ground truth, so skips are checked (``would_serve``) rather than
-counted as known failures.
+counted as known failures. With prompt-dependent acceptance the ground truth is the mean
+over the study's prompt set (``expected_throughput(prompts=...)``), what a study measured
+on that set converges to.
 """
 
 from __future__ import annotations
@@ -43,12 +51,14 @@ from optuna.trial import TrialState
 from sweeper.errors import ConfigurationFailure, SweepAborted
 from sweeper.launch import LaunchConfig
 from sweeper.measure.logs import DecodeSummary
+from sweeper.measure.prompts import PromptSet, load_prompts
 from sweeper.measure.runs import BenchResult, RequestResult, make_run
 from sweeper.measure.stats import summarize
 from sweeper.remote import LocalHost
 from sweeper.remote.server import ServerHandle
 from sweeper.results import attrs as A
 from sweeper.results.kind import TrialKind, kind_of
+from sweeper.results.verdict import verdict
 from sweeper.run.common import SweepOptions
 from sweeper.run.confirm import after_sweep, run_confirm
 from sweeper.run.decide import Decision, Proposal
@@ -59,6 +69,8 @@ from sweeper.search.sampler import SAMPLERS, make_sampler
 from sweeper.search.space import SearchSpace
 from sweeper.sim import Expectation, expected_throughput, load_profile
 from sweeper.sim import model as M
+from sweeper.sim import prompts as sim_prompts
+from sweeper.sim.engine import random_lognormal
 from sweeper.study import BenchSpec, StudySpec
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -137,13 +149,27 @@ class Config:
 
 class GroundTruth:
     """Every valid configuration of a study's space with the simulator's expectation,
-    the true optimum, and noisy measurements drawn like the simulated server's."""
+    the true optimum, and noisy measurements drawn like the simulated server's.
 
-    def __init__(self, spec: StudySpec, profile: str) -> None:
+    ``prompt_effects``: acceptance depends on the prompt (the profile's categories and
+    prompt_sd); the truth is then the mean over the study's prompt set. It is computed for
+    the configurations within ``CANDIDATE_MARGIN`` of the prompt-free optimum (where the
+    optimum can be: a prompt moves a configuration's tok/s by a few percent) and for every
+    other configuration when asked (a sweep measures a few hundred of thousands)."""
+
+    CANDIDATE_MARGIN = 0.15
+
+    def __init__(self, spec: StudySpec, profile: str, *, prompt_effects: bool = True) -> None:
         self.spec = spec
         self.space = SearchSpace(spec)
         self.profile = load_profile(profile)
+        self.prompts: PromptSet = load_prompts(spec.benchmark.prompts,
+                                               spec.benchmark.input_tokens)
+        self.texts = ["\n".join(m["content"] for m in p) for p in self.prompts.prompts]
+        noise = self.profile.noise
+        self.prompt_effects = prompt_effects and bool(noise.categories or noise.prompt_sd)
         self.configs: dict[str, Config] = {}
+        self._over_prompts: dict[str, Expectation] = {}
         for _, eff in self.space.configurations():
             launch = self.space.launch_config(eff)
             cid = launch.config_id()
@@ -154,12 +180,15 @@ class GroundTruth:
         self.baseline_cid = base.config_id()
         self.configs[self.baseline_cid] = Config(self.baseline_cid, {}, base, self._expect(base))
         ok = [c for c in self.configs.values() if c.tok_s is not None]
-        self.best = max(ok, key=lambda c: c.tok_s or 0.0)
-        self.optimum = float(self.best.tok_s or 0.0)
+        plain_best = max(float(c.tok_s or 0.0) for c in ok)
+        near = [c for c in ok if float(c.tok_s or 0.0) >= plain_best * (1 - self.CANDIDATE_MARGIN)]
+        self.best = max(near, key=lambda c: self.true_tok_s(c.cid))
+        self.optimum = self.true_tok_s(self.best.cid)
 
-    def _expect(self, launch: LaunchConfig) -> Expectation:
+    def _expect(self, launch: LaunchConfig, prompts: list[str] | None = None) -> Expectation:
         return expected_throughput(self.profile, launch.args, launch.env,
-                                   concurrency=self.spec.benchmark.concurrency)
+                                   concurrency=self.spec.benchmark.concurrency,
+                                   prompts=prompts)
 
     def config(self, cid: str, launch: LaunchConfig) -> Config:
         if cid not in self.configs:  # not reachable from the space: compute it anyway
@@ -169,21 +198,40 @@ class GroundTruth:
     def fails(self, cid: str) -> bool:
         return self.configs[cid].truth.failure is not None
 
-    def true_tok_s(self, cid: str) -> float:
+    def plain_tok_s(self, cid: str) -> float:
+        """tok/s on a prompt of no category (the simulator at --sim-noise 0)."""
         return float(self.configs[cid].tok_s or 0.0)
+
+    def true_tok_s(self, cid: str) -> float:
+        """The ground truth: the mean over the study's prompt set with prompt effects."""
+        if not self.prompt_effects or self.fails(cid):
+            return self.plain_tok_s(cid)
+        if cid not in self._over_prompts:
+            self._over_prompts[cid] = self._expect(self.configs[cid].launch, self.texts)
+        return float(self._over_prompts[cid].tok_s or 0.0)
 
     def gap(self, cid: str) -> float:
         """True tok/s of ``cid`` relative to the optimum, minus 1 (0 = the optimum)."""
         return self.true_tok_s(cid) / self.optimum - 1
 
+    def prompt_factor(self, index: int, scale: float) -> float:
+        """Prompt ``index``'s acceptance factor, the simulated server's (1 without
+        prompt effects)."""
+        if not self.prompt_effects:
+            return 1.0
+        return sim_prompts.accept_factor(self.profile, self.texts[index], scale)
+
     def measure(self, cid: str, rng: random.Random, runs: int | None = None) -> list[float]:
         """benchmark.runs per-request tok/s, the simulator's schedule x its noise
         (engine.NoiseSource.draw per measured request; the warm-up is not counted)."""
-        return self.measure_accept(cid, rng, runs)[0]
+        n = self.spec.benchmark.runs if runs is None else runs
+        return self.measure_accept(cid, rng, [[1.0]] * n)[0]
 
-    def measure_accept(self, cid: str, rng: random.Random, runs: int | None = None
-                       ) -> tuple[list[float], float | None]:
-        """``measure`` and the mean accept length the server's counters would report."""
+    def measure_accept(self, cid: str, rng: random.Random, rounds: list[list[float]],
+                       speed: float = 1.0) -> tuple[list[float], float | None]:
+        """One run per entry of ``rounds`` (the acceptance factors of its prompts, one per
+        concurrent request: its tok/s is their mean) on a start running at ``speed``, and
+        the mean accept length the server's counters would report."""
         cfg = self.configs[cid].truth.config
         assert cfg is not None
         p, bench = self.profile, self.spec.benchmark
@@ -191,33 +239,48 @@ class GroundTruth:
         cycle = M.cycle_ms(p, cfg, batch)
         prefill = M.prefill_ms(p, cfg, batch)
         out, accepts = [], []
-        for _ in range(bench.runs if runs is None else runs):
-            tf = math.exp(rng.gauss(0.0, p.noise.cycle_sd))
-            af = math.exp(rng.gauss(0.0, p.noise.accept_sd))
-            if cfg.speculative:
-                dist = M.accept_distribution(M.depth_acceptance(p, cfg, af))
-                steps = M.verify_steps_for(dist, bench.max_tokens)
-                accepts.append((bench.max_tokens - 1) / steps)
-            else:
-                steps = bench.max_tokens - 1
-            out.append(bench.max_tokens / ((prefill + steps * cycle) * tf) * 1000.0)
+        for factors in rounds:
+            each = []
+            for pf in factors:
+                tf = math.exp(rng.gauss(0.0, p.noise.cycle_sd)) / speed
+                af = math.exp(rng.gauss(0.0, p.noise.accept_sd))
+                if cfg.speculative:
+                    dist = M.accept_distribution(M.depth_acceptance(p, cfg, af * pf))
+                    steps = M.verify_steps_for(dist, bench.max_tokens)
+                    accepts.append((bench.max_tokens - 1) / steps)
+                else:
+                    steps = bench.max_tokens - 1
+                each.append(bench.max_tokens / ((prefill + steps * cycle) * tf) * 1000.0)
+            out.append(statistics.fmean(each))
         return out, (statistics.fmean(accepts) if accepts else None)
 
 
 # --------------------------------------------------------------------------- the measurer
 class EmulatedMeasurer:
-    """run/measurer.Measurer on the ground truth, on a simulated clock."""
+    """run/measurer.Measurer on the ground truth, on a simulated clock.
+
+    ``start_sd``: the log-sd of a start's speed factor (default: the profile's
+    ``noise.start_sd``); ``noise=False`` turns every departure from the expectation off.
+    Starts and runs draw from separate seeded streams, so a strategy's runs at a seed are
+    the same whatever the start noise (common random numbers)."""
 
     def __init__(self, truth: GroundTruth, seed: int, *, noise: bool = True,
-                 restart_s: float | None = None) -> None:
+                 restart_s: float | None = None, start_sd: float | None = None) -> None:
         self.truth = truth
         # the same noise stream for every strategy at a seed (common random numbers)
         self.rng = random.Random(f"noise/{seed}")
+        self.start_rng = random.Random(f"start/{seed}")
         self.noise = noise
+        self.scale = 1.0 if noise else 0.0
+        self.start_sd = (truth.profile.noise.start_sd if start_sd is None else start_sd) \
+            * self.scale
         self.restart_s = truth.profile.startup.load_seconds if restart_s is None else restart_s
         self.clock = 0.0  # simulated seconds
         self.restarts = 0
         self.bench_runs = 0
+        self.run_s = 0.0  # simulated seconds spent in benchmark runs
+        self.speed = 1.0  # the running start's speed factor
+        self.first_seen: dict[str, float] = {}  # config id -> clock after its first runs
         self.current: ServerHandle | None = None
 
     def now(self) -> float:
@@ -234,6 +297,8 @@ class EmulatedMeasurer:
         if not reused:
             self.restarts += 1
             self.clock += self.restart_s
+            # one speed for the whole start (engine.NoiseSource.start_factor)
+            self.speed = random_lognormal(self.start_rng, self.start_sd)
             self.current = ServerHandle("emulated", 0, config.port, config.bind_host,
                                         f"emulated/{tag}.log", f"emulated/{tag}.exit", cid,
                                         self.clock)
@@ -244,25 +309,37 @@ class EmulatedMeasurer:
         if failure is not None:
             raise ConfigurationFailure(failure, f"emulated {failure} (the simulator's ground "
                                                 "truth for this configuration)")
-        runs, accept = self._runs(cid, bench.runs)
+        runs, accept = self._runs(cid, first_round, bench.runs)
         cap = bench.max_runs or 0
         while more is not None and len(runs) < cap:  # measure/client.run_benchmark's loop
             extra = min(more(list(runs)), cap - len(runs))
             if extra <= 0:
                 break
-            runs.extend(self._runs(cid, extra)[0])
+            runs.extend(self._runs(cid, first_round + len(runs), extra)[0])
         self.bench_runs += len(runs)
-        self.clock += sum(bench.max_tokens / v for v in runs if v > 0)
-        result = _bench_result(runs, accept, bench)
+        spent = sum(bench.max_tokens / v for v in runs if v > 0)
+        self.run_s += spent
+        self.clock += spent
+        self.first_seen.setdefault(cid, self.clock)
+        result = _bench_result(runs, accept, bench, self._rounds(first_round, len(runs)),
+                               self.truth.prompts)
         level = primary if primary is not None else min(bench.levels)
         return Measurement(config, self.current, result, 0.0 if reused else self.restart_s,
                            DecodeSummary(0, None, None, None, 0), reused, {level: result})
 
-    def _runs(self, cid: str, n: int) -> tuple[list[float], float | None]:
-        if self.noise:
-            return self.truth.measure_accept(cid, self.rng, n)
-        tok_s = self.truth.true_tok_s(cid)
-        return [tok_s] * n, None
+    def _rounds(self, first: int, n: int) -> list[tuple[int, list[int]]]:
+        """(position, prompt indices) of ``n`` runs from round ``first`` of the study's one
+        order, as measure/client.run_round sends them."""
+        prompts, c = self.truth.prompts, max(1, int(self.truth.spec.benchmark.concurrency))
+        return [(((first + i) * c) % len(prompts), prompts.round_prompts(first + i, c))
+                for i in range(n)]
+
+    def _runs(self, cid: str, first: int, n: int) -> tuple[list[float], float | None]:
+        if not self.noise:
+            return [self.truth.plain_tok_s(cid)] * n, None
+        rounds = [[self.truth.prompt_factor(i, self.scale) for i in idxs]
+                  for _, idxs in self._rounds(first, n)]
+        return self.truth.measure_accept(cid, self.rng, rounds, self.speed)
 
     def stop(self, best_effort: bool = False, label: str = "") -> None:
         self.current = None
@@ -271,15 +348,20 @@ class EmulatedMeasurer:
         return None
 
 
-def _bench_result(runs: list[float], accept: float | None, bench: BenchSpec) -> BenchResult:
+def _bench_result(runs: list[float], accept: float | None, bench: BenchSpec,
+                  where: list[tuple[int, list[int]]] | None = None,
+                  prompts: PromptSet | None = None) -> BenchResult:
     made = []
     for i, v in enumerate(runs):
-        req = RequestResult(ok=True, error=None, prompt_index=i, prompt_tokens=None,
+        pos, idxs = where[i] if where else (None, [i])
+        req = RequestResult(ok=True, error=None, prompt_index=idxs[0], prompt_tokens=None,
                             completion_tokens=bench.max_tokens, ttft_s=None,
                             e2e_s=bench.max_tokens / v if v > 0 else 0.0, tok_s=v,
                             decode_tok_s=None, n_chunks=0, gap_mean_s=None, gap_max_s=None,
                             short=False, text="")
-        made.append(make_run(i, [req], bench.max_tokens / v if v > 0 else 0.0, False))
+        cats = [prompts.category(j) for j in idxs] if prompts is not None else None
+        made.append(make_run(i, [req], bench.max_tokens / v if v > 0 else 0.0, False,
+                             position=pos, categories=cats))
     return BenchResult(runs=made, warmup_runs=[], stats=summarize(runs), spec=bench,
                        prompt_hash="emulated", base_url="emulated", model=None,
                        started_at="", duration_s=0.0, accept_length=accept)
@@ -312,6 +394,9 @@ class Sweep:
     bench_runs: int = 0  # measured benchmark runs of the sweep (the longer ones' included)
     final: str | None = None  # the pick at the end (after the confirm phase, if any)
     clock: float = 0.0  # simulated seconds, the confirm phase's included
+    final_clock: float = 0.0  # simulated seconds when the pick was first measured
+    sure: float | None = None  # the verdict's "How sure" of the pick
+    stopped: str | None = None  # the stop rule's reason, when it ended the sweep early
 
 
 _OUTCOME = {TrialKind.SKIPPED: "skipped", TrialKind.REPEAT: "repeat"}
@@ -339,15 +424,19 @@ def records_of(trials: list[optuna.trial.FrozenTrial], truth: GroundTruth) -> li
 
 
 def emulate(truth: GroundTruth, strategy: str, seed: int, budget: int, *,
-            noise: bool = True) -> Sweep:
+            noise: bool = True, start_sd: float | None = None,
+            restart_s: float | None = None) -> Sweep:
     """One sweep of ``budget`` restarts in all, the product's loop through the emulated
-    measurer: the confirm phase's restarts (when the study has one) come out of it."""
+    measurer: the confirm phase's restarts (when the study has one) come out of it.
+    ``start_sd``/``restart_s``: the per-start speed sd and the restart's seconds
+    (default: the profile's)."""
     spec = truth.spec
     # the confirm phase the CLI would run after this strategy's sweep (run/confirm.py)
     sampler_name = spec.sweep.sampler if strategy == DEFAULT else strategy
     start = after_sweep_plan(spec, sampler_name)
     trials = max(1, budget - start)
-    measurer = EmulatedMeasurer(truth, seed, noise=noise)
+    measurer = EmulatedMeasurer(truth, seed, noise=noise, start_sd=start_sd,
+                                restart_s=restart_s)
     out = Sweep()
     with tempfile.TemporaryDirectory(prefix="sweeper-bench-") as tmp:
         options = SweepOptions(trials=trials, storage=f"sqlite:///{tmp}/bench.db", seed=seed,
@@ -371,6 +460,9 @@ def emulate(truth: GroundTruth, strategy: str, seed: int, budget: int, *,
             out.final = best.config_id if best is not None else None
         out.confirm_restarts = measurer.restarts - out.restarts
         out.clock = measurer.clock
+        out.final_clock = measurer.first_seen.get(out.final or "", measurer.clock)
+        out.sure = verdict(study).sure
+        out.stopped = pool.summary.stop_reason
         pool.done()
     return out
 
