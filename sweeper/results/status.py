@@ -44,6 +44,10 @@ def print_summary(console: Console, s: SweepSummary, headline: Headline) -> None
                   f"{s.skipped} proposal{'' if s.skipped == 1 else 's'} skipped without a "
                   "restart as known failures"
                   + (f", {s.reconciled} recovered from an earlier run" if s.reconciled else ""))
+    if s.stop_reason:
+        console.print(f"Stopped early: {s.stop_reason}")
+    if s.node_seconds is not None:
+        console.print(f"Node time: {s.node_seconds / 3600:.2f} node-hours ({s.node_source})")
     for line in headline.lines():
         console.print(line)
     if s.kept_server is not None:

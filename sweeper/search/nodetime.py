@@ -163,6 +163,35 @@ def stop_reason(best: Starts, others: Sequence[Starts], tau2: float,
             f"(sweep.stop_when_sure: {stop_when_sure:g})")
 
 
+def spent_seconds(trials: Sequence[Any], max_tokens: int, warmup: int = 1,
+                  restart_s: float | None = None, run_s: float | None = None
+                  ) -> tuple[float, str]:
+    """Node-seconds a study's trials (optuna FrozenTrials) took, and what they rest on:
+    every start-up as measured (``restart_s`` per restart when the study sets it) and
+    every run, the warm-ups included, at its measured duration (max_tokens / tok/s) or at
+    ``run_s``. Trials that reused a running server (start-up 0) cost their runs only."""
+    from sweeper.results import attrs as A
+
+    up_s = runs_s = 0.0
+    for t in trials:
+        ua = t.user_attrs
+        up = ua.get(A.STARTUP)
+        if isinstance(up, int | float) and up > 0:
+            up_s += restart_s if restart_s else float(up)
+        tok_s = [float(v) for v in ua.get(A.RUNS) or [] if isinstance(v, int | float)]
+        if not tok_s:
+            continue
+        n = len(tok_s) + int(ua.get(A.RUNS_FLAGGED) or 0) + (warmup if up != 0 else 0)
+        if run_s:
+            runs_s += n * run_s
+        else:
+            each = [max_tokens / v for v in tok_s if v > 0]
+            runs_s += sum(each) + (n - len(each)) * statistics.median(each) if each else 0.0
+    source = "restart_cost" if restart_s else "measured start-ups"
+    source += ", run_cost" if run_s else ", measured runs"
+    return up_s + runs_s, source
+
+
 def plan_seconds(costs: Costs, trials: int, runs: int, warmup: int, max_runs: int | None,
                  confirm_restarts: int = 0, confirm_runs: int = 0
                  ) -> tuple[float, float]:
