@@ -397,6 +397,7 @@ class Sweep:
     final_clock: float = 0.0  # simulated seconds when the pick was first measured
     sure: float | None = None  # the verdict's "How sure" of the pick
     stopped: str | None = None  # the stop rule's reason, when it ended the sweep early
+    node_s: float | None = None  # node-seconds the loop counted for its trials (summary)
 
 
 _OUTCOME = {TrialKind.SKIPPED: "skipped", TrialKind.REPEAT: "repeat"}
@@ -463,6 +464,7 @@ def emulate(truth: GroundTruth, strategy: str, seed: int, budget: int, *,
         out.final_clock = measurer.first_seen.get(out.final or "", measurer.clock)
         out.sure = verdict(study).sure
         out.stopped = pool.summary.stop_reason
+        out.node_s = pool.summary.node_seconds
         pool.done()
     return out
 

@@ -112,11 +112,16 @@ class Stop:
 def should_stop(state: StopState) -> Stop | None:
     """Stop when the pick is at least ``stop_when_sure`` likely to be within 1% of every
     other configuration measured (two-level statistics: search/nodetime.stop_reason), once
-    the sampler has explored (``patience`` restarts) and the leader's level has held as
-    long: "sure" speaks of what was measured, the holding of what the search still finds."""
+    the sampler has explored (``patience`` restarts), the leader's level has held as
+    long and the leader was measured on two starts or more: "sure" speaks of what was
+    measured, the holding of what the search still finds."""
     if state.stop_when_sure >= 1.0 or not state.others:
         return None
     if state.restarts < state.patience or state.held < state.patience:
+        return None
+    if len(state.leader) < 2:
+        # one start's speed is not the configuration's: until the leader has a second
+        # start, its lead may be a lucky start, which only the prior's spread accounts for
         return None
     why = stop_reason(state.leader, state.others, state.tau2, state.stop_when_sure)
     if why is None:
