@@ -262,7 +262,13 @@ LEGEND = f"""
    predicted failures; would serve: skipped although the ground truth says the
    configuration serves (target 0 of the top 1%, under 5% overall); top1%: of those, within
    1% of the optimum; runs: benchmark runs per sweep (mean over seeds; a configuration
-   close to the best is measured longer on the same start, benchmark.max_runs)."""
+   close to the best is measured longer on the same start, benchmark.max_runs).
+   node-hours (simulated): the emulation's clock, modelled restart minutes and run seconds
+   (max_tokens / tok/s), to the moment the final pick was first measured and for the whole
+   sweep with its confirm phase; stopped early: sweeps the stop rule ended before the
+   budget (sweep.stop_when_sure); calibration: the mean of the picks' "How sure" (the
+   verdict's probability of being within 1% of the best measured) against the share of
+   picks truly within 1% of the optimum (target: within 10 points)."""
 
 
 def main(argv: list[str] | None = None) -> None:
