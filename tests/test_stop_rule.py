@@ -12,13 +12,16 @@ from __future__ import annotations
 import math
 import statistics
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from bench.emulation import EmulatedMeasurer, GroundTruth, Sweep, emulate
+from sweeper.results import attrs as A
 from sweeper.results.verdict import ConfigResult, two_levels
 from sweeper.run.decide import StopState, should_stop
+from sweeper.search.nodetime import spent_seconds
 from sweeper.study import StudySpec, parse_study
 
 from .conftest import demo_study_data
@@ -138,3 +141,16 @@ def test_emulated_runs_walk_the_study_prompt_order_and_record_it(tmp_path: Path)
     factors = {truth.prompt_factor(i, 1.0) for i in range(n)}
     assert max(factors) / min(factors) > 1.05
     assert statistics.fmean(truth.prompt_factor(i, 0.0) for i in range(n)) == 1.0
+
+
+def test_node_seconds_count_start_ups_runs_and_warm_ups() -> None:
+    def trial(up: float, runs: list[float]) -> SimpleNamespace:
+        return SimpleNamespace(user_attrs={A.STARTUP: up, A.RUNS: runs})
+
+    trials = [trial(100.0, [50.0, 50.0]), trial(0.0, [100.0])]  # the second reused its server
+    secs, source = spent_seconds(trials, max_tokens=100, warmup=1)
+    assert secs == pytest.approx(100 + 3 * 2.0 + 1 * 1.0)  # a warm-up on a fresh start only
+    assert "as measured" in source
+    secs, source = spent_seconds(trials, max_tokens=100, warmup=1, restart_s=480, run_s=6)
+    assert secs == pytest.approx(480 + 3 * 6 + 1 * 6)
+    assert "restart_cost" in source and "run_cost" in source

@@ -398,7 +398,7 @@ class HostPool:
         secs, source = spent_seconds(trials, bench.max_tokens, bench.warmup,
                                      sw.restart_cost, sw.run_cost)
         if self.summary.simulated:
-            source = "simulated: modelled start-up and run seconds, " + source
+            source = f"simulated: modelled start-up and run seconds; {source}"
         self.summary.node_seconds, self.summary.node_source = secs, source
         return f"{secs / 3600:.2f} node-h"
 

@@ -187,8 +187,8 @@ def spent_seconds(trials: Sequence[Any], max_tokens: int, warmup: int = 1,
         else:
             each = [max_tokens / v for v in tok_s if v > 0]
             runs_s += sum(each) + (n - len(each)) * statistics.median(each) if each else 0.0
-    source = "restart_cost" if restart_s else "measured start-ups"
-    source += ", run_cost" if run_s else ", measured runs"
+    source = "start-ups at sweep.restart_cost" if restart_s else "start-ups as measured"
+    source += ", runs at sweep.run_cost" if run_s else ", runs as measured"
     return up_s + runs_s, source
 
 
