@@ -15,16 +15,16 @@ expected loss for some node-seconds. These are the pure building blocks:
 - ``choose``: the option with the best gain per node-second, or stop when none pays;
 - ``stop_reason``: the stop rule, ``sweep.stop_when_sure`` (default 0.95 that the pick is
   within 1% of the best measured);
+- ``spent_seconds``: the node time a study's trials took;
 - ``plan_seconds``: the node time of a study as written (``sweeper validate``).
 
-Where they plug in (the trial loop, run/sweep.py, run/workers.py, run/longer.py):
-``more_runs`` passes ``runs_per_start(...)`` as ``worth_more_runs``'s ``max_per_start``;
-before asking the sampler for the next trial, the loop calls ``stop_reason`` with the
-verdict's starts (results/verdict.ConfigResult.starts) and ends the sweep with that reason
-(``--trials`` stays the upper bound); with the model sampler it compares
-``replicate_gain`` of the racing call and the sampler's expected improvement per
-``Costs.trial_s`` through ``choose``; the live line and summary add up
-``Costs.spent(restarts, runs)`` (on the simulator: modelled seconds, labelled as such).
+Where they plug in: after each finished trial the loop (run/workers.py) asks
+run/decide.should_stop, which calls ``stop_reason`` with the configurations' starts
+(results/verdict.ConfigResult.by_start) once the sampler has explored, and ends the sweep
+with that reason (``--trials`` stays the upper bound); the live bar and the summary add up
+``spent_seconds`` (on the simulator: modelled seconds, labelled as such); run/longer.py
+caps runs on one start at ``runs_per_start``. Not wired yet: ``choose`` between a
+replicate start and a new configuration (another restart worth less than it costs).
 """
 
 from __future__ import annotations
