@@ -18,15 +18,23 @@ exactly as the CLI does them. The measurer:
   ground truth's class: oom, nccl, hang, invalid_args);
 * one that serves returns ``benchmark.runs`` runs at every concurrency level of the study
   on the one start (more when the loop's ``more`` asks), each run ``level`` requests with
-  the simulator's noise drawn per request: a log-normal time factor (sd
-  ``noise.cycle_sd``) on prefill + every verify cycle and a log-normal factor (sd
-  ``noise.accept_sd``) on the per-depth acceptance; noise off (``noise=False``) gives
-  the expectation itself;
+  the simulator's noise (sweeper/sim/engine.NoiseSource) drawn per request: a log-normal
+  time factor (sd ``noise.cycle_sd``) on prefill + every verify cycle and a log-normal
+  factor (sd ``noise.accept_sd``) on the per-depth acceptance; a real node's: one speed
+  factor per server start (sd ``noise.start_sd``, or the bench's ``start_sd``), and each
+  request's prompt's acceptance factor (sweeper/sim/prompts.accept_factor: its category's
+  and its own), a run at level c sending the c prompts of its round of the study's one
+  order (measure/prompts.py), every level from where the loop says (``first_round``), each
+  run recording its position and categories as the real client's do; noise off
+  (``noise=False``) gives the expectation itself, with no start or prompt effect (the
+  simulator at --sim-noise 0);
 * a simulated clock advances by the start-up seconds on every restart and by each run's
   seconds (its tokens at its tok/s).
 
 Every record carries the ground truth, so skips are checked (``would_serve``) rather than
-counted as known failures.
+counted as known failures. With prompt-dependent acceptance the ground truth is the mean
+over the study's prompt set (``expected_throughput(prompts=...)`` at each level, combined
+by the study's objective), what a study measured on that set converges to.
 """
 
 from __future__ import annotations
@@ -46,12 +54,14 @@ from optuna.trial import TrialState
 from sweeper.errors import ConfigurationFailure, SweepAborted
 from sweeper.launch import LaunchConfig
 from sweeper.measure.logs import DecodeSummary
+from sweeper.measure.prompts import PromptSet, load_prompts
 from sweeper.measure.runs import BenchResult, RequestResult, make_run
 from sweeper.measure.stats import summarize
 from sweeper.remote import LocalHost
 from sweeper.remote.server import ServerHandle
 from sweeper.results import attrs as A
 from sweeper.results.kind import TrialKind, kind_of
+from sweeper.results.verdict import verdict
 from sweeper.run.common import SweepOptions
 from sweeper.run.confirm import after_sweep, run_confirm
 from sweeper.run.decide import Decision, Proposal
@@ -62,6 +72,8 @@ from sweeper.search.sampler import SAMPLERS, make_sampler
 from sweeper.search.space import SearchSpace
 from sweeper.sim import Expectation, expected_throughput, load_profile
 from sweeper.sim import model as M
+from sweeper.sim import prompts as sim_prompts
+from sweeper.sim.engine import random_lognormal
 from sweeper.study import BenchSpec, StudySpec
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -155,14 +167,28 @@ class GroundTruth:
     """Every valid configuration of a study's space with the simulator's expectation at
     each of the study's concurrency levels, the true optimum of the study's objective (one
     level's tok/s per request, or a mix of levels), and noisy measurements drawn like the
-    simulated server's."""
+    simulated server's.
 
-    def __init__(self, spec: StudySpec, profile: str) -> None:
+    ``prompt_effects``: acceptance depends on the prompt (the profile's categories and
+    prompt_sd); the truth is then the mean over the study's prompt set. It is computed for
+    the configurations within ``CANDIDATE_MARGIN`` of the prompt-free optimum (where the
+    optimum can be: a prompt moves a configuration's tok/s by a few percent) and for every
+    other configuration when asked (a sweep measures a few hundred of thousands)."""
+
+    CANDIDATE_MARGIN = 0.15
+
+    def __init__(self, spec: StudySpec, profile: str, *, prompt_effects: bool = True) -> None:
         self.spec = spec
         self.space = SearchSpace(spec)
         self.profile = load_profile(profile)
         self.levels = spec.benchmark.levels
+        self.prompts: PromptSet = load_prompts(spec.benchmark.prompts,
+                                               spec.benchmark.input_tokens)
+        self.texts = ["\n".join(m["content"] for m in p) for p in self.prompts.prompts]
+        noise = self.profile.noise
+        self.prompt_effects = prompt_effects and bool(noise.categories or noise.prompt_sd)
         self.configs: dict[str, Config] = {}
+        self._over_prompts: dict[str, float] = {}
         for _, eff in self.space.configurations():
             launch = self.space.launch_config(eff)
             cid = launch.config_id()
@@ -173,12 +199,19 @@ class GroundTruth:
         self.baseline_cid = base.config_id()
         self.configs[self.baseline_cid] = self._config(self.baseline_cid, {}, base)
         ok = [c for c in self.configs.values() if c.tok_s is not None]
-        self.best = max(ok, key=lambda c: c.tok_s or 0.0)
-        self.optimum = float(self.best.tok_s or 0.0)
+        plain_best = max(float(c.tok_s or 0.0) for c in ok)
+        near = [c for c in ok if float(c.tok_s or 0.0) >= plain_best * (1 - self.CANDIDATE_MARGIN)]
+        self.best = max(near, key=lambda c: self.true_tok_s(c.cid))
+        self.optimum = self.true_tok_s(self.best.cid)
+
+    def _at_levels(self, launch: LaunchConfig, prompts: list[str] | None = None
+                   ) -> dict[int, Expectation]:
+        return {c: expected_throughput(self.profile, launch.args, launch.env, concurrency=c,
+                                       prompts=prompts)
+                for c in self.levels}
 
     def _config(self, cid: str, eff: dict[str, Any], launch: LaunchConfig) -> Config:
-        at = {c: expected_throughput(self.profile, launch.args, launch.env, concurrency=c)
-              for c in self.levels}
+        at = self._at_levels(launch)
         value = None if any(e.failure for e in at.values()) else \
             self.spec.objective.combine({c: float(e.tok_s or 0.0) for c, e in at.items()})
         return Config(cid, eff, launch, at, value, self.spec.objective.primary)
@@ -191,24 +224,49 @@ class GroundTruth:
     def fails(self, cid: str) -> bool:
         return self.configs[cid].failure is not None
 
-    def true_tok_s(self, cid: str) -> float:
-        """The study's objective, noise-free (tok/s per request at its level, or the mix)."""
+    def plain_tok_s(self, cid: str) -> float:
+        """The study's objective, noise-free (tok/s per request at its level, or the mix),
+        on prompts of no category (the simulator at --sim-noise 0)."""
         return float(self.configs[cid].tok_s or 0.0)
+
+    def true_tok_s(self, cid: str) -> float:
+        """The ground truth: the study's objective over the levels' means over the study's
+        prompt set with prompt effects (without them: ``plain_tok_s``)."""
+        if not self.prompt_effects or self.fails(cid):
+            return self.plain_tok_s(cid)
+        if cid not in self._over_prompts:
+            at = self._at_levels(self.configs[cid].launch, self.texts)
+            self._over_prompts[cid] = float(self.spec.objective.combine(
+                {c: float(e.tok_s or 0.0) for c, e in at.items()}))
+        return self._over_prompts[cid]
 
     def gap(self, cid: str) -> float:
         """True objective of ``cid`` relative to the optimum, minus 1 (0 = the optimum)."""
         return self.true_tok_s(cid) / self.optimum - 1
 
+    def prompt_factor(self, index: int, scale: float) -> float:
+        """Prompt ``index``'s acceptance factor, the simulated server's (1 without
+        prompt effects)."""
+        if not self.prompt_effects:
+            return 1.0
+        return sim_prompts.accept_factor(self.profile, self.texts[index], scale)
+
     def measure(self, cid: str, rng: random.Random, runs: int | None = None) -> list[float]:
         """benchmark.runs per-request tok/s at the primary level, the simulator's schedule
-        x its noise (engine.NoiseSource.draw per measured request; warm-up not counted)."""
-        return [sum(r) / len(r) for r in self.measure_accept(cid, rng, runs)[0]]
+        x its noise (engine.NoiseSource.draw per measured request; warm-up not counted),
+        no start or prompt effect."""
+        level = self.configs[cid].primary
+        n = self.spec.benchmark.runs if runs is None else runs
+        return [_mean(r) for r in self.measure_accept(cid, rng, [[1.0] * level] * n)[0]]
 
-    def measure_accept(self, cid: str, rng: random.Random, runs: int | None = None,
-                       level: int | None = None) -> tuple[list[list[float]], float | None]:
-        """Per run, each of its ``level`` requests' tok/s (one draw of the simulator's noise
-        per request, as engine.NoiseSource draws them), and the mean accept length the
-        server's counters would report. ``level``: default the primary one."""
+    def measure_accept(self, cid: str, rng: random.Random, rounds: list[list[float]],
+                       speed: float = 1.0, level: int | None = None
+                       ) -> tuple[list[list[float]], float | None]:
+        """One run per entry of ``rounds`` (the acceptance factors of its prompts, one per
+        concurrent request) on a start running at ``speed``: per run, each request's tok/s
+        (one draw of the simulator's noise per request, as engine.NoiseSource draws them),
+        and the mean accept length the server's counters would report. ``level``: default
+        the primary one (it sets the batch; each round holds ``level`` factors)."""
         conf = self.configs[cid]
         level = conf.primary if level is None else level
         cfg = conf.levels[level].config
@@ -218,13 +276,13 @@ class GroundTruth:
         cycle = M.cycle_ms(p, cfg, batch)
         prefill = M.prefill_ms(p, cfg, batch)
         out, accepts = [], []
-        for _ in range(bench.runs if runs is None else runs):
+        for factors in rounds:
             run = []
-            for _ in range(level):
-                tf = math.exp(rng.gauss(0.0, p.noise.cycle_sd))
+            for pf in factors:
+                tf = math.exp(rng.gauss(0.0, p.noise.cycle_sd)) / speed
                 af = math.exp(rng.gauss(0.0, p.noise.accept_sd))
                 if cfg.speculative:
-                    dist = M.accept_distribution(M.depth_acceptance(p, cfg, af))
+                    dist = M.accept_distribution(M.depth_acceptance(p, cfg, af * pf))
                     steps = M.verify_steps_for(dist, bench.max_tokens)
                     accepts.append((bench.max_tokens - 1) / steps)
                 else:
@@ -236,18 +294,30 @@ class GroundTruth:
 
 # --------------------------------------------------------------------------- the measurer
 class EmulatedMeasurer:
-    """run/measurer.Measurer on the ground truth, on a simulated clock."""
+    """run/measurer.Measurer on the ground truth, on a simulated clock.
+
+    ``start_sd``: the log-sd of a start's speed factor (default: the profile's
+    ``noise.start_sd``); ``noise=False`` turns every departure from the expectation off.
+    Starts and runs draw from separate seeded streams, so a strategy's runs at a seed are
+    the same whatever the start noise (common random numbers)."""
 
     def __init__(self, truth: GroundTruth, seed: int, *, noise: bool = True,
-                 restart_s: float | None = None) -> None:
+                 restart_s: float | None = None, start_sd: float | None = None) -> None:
         self.truth = truth
         # the same noise stream for every strategy at a seed (common random numbers)
         self.rng = random.Random(f"noise/{seed}")
+        self.start_rng = random.Random(f"start/{seed}")
         self.noise = noise
+        self.scale = 1.0 if noise else 0.0
+        self.start_sd = (truth.profile.noise.start_sd if start_sd is None else start_sd) \
+            * self.scale
         self.restart_s = truth.profile.startup.load_seconds if restart_s is None else restart_s
         self.clock = 0.0  # simulated seconds
         self.restarts = 0
         self.bench_runs = 0
+        self.run_s = 0.0  # simulated seconds spent in benchmark runs
+        self.speed = 1.0  # the running start's speed factor
+        self.first_seen: dict[str, float] = {}  # config id -> clock after its first runs
         self.current: ServerHandle | None = None
         self.log: list[Measured] = []  # every configuration measured, in order
 
@@ -265,6 +335,8 @@ class EmulatedMeasurer:
         if not reused:
             self.restarts += 1
             self.clock += self.restart_s
+            # one speed for the whole start (engine.NoiseSource.start_factor)
+            self.speed = random_lognormal(self.start_rng, self.start_sd)
             self.current = ServerHandle("emulated", 0, config.port, config.bind_host,
                                         f"emulated/{tag}.log", f"emulated/{tag}.exit", cid,
                                         self.clock)
@@ -277,11 +349,12 @@ class EmulatedMeasurer:
             self.log.append(Measured(cid, self.restarts, {}))
             raise ConfigurationFailure(failure, f"emulated {failure} (the simulator's ground "
                                                 "truth for this configuration)")
-        # every level of the study on this one start, in the study's order (run/trial.py)
+        # every level of the study on this one start, in the study's order, each from
+        # round ``first_round`` of the prompt order (run/trial.py, measure/levels.py)
         levels: dict[int, BenchResult] = {}
         measured: dict[int, list[float]] = {}
         for level in bench.levels:
-            runs, accept = self._runs(cid, bench.runs, level)
+            runs, accept = self._runs(cid, level, first_round, bench.runs)
             cap = bench.max_runs or 0
             # measure/client.run_benchmark's loop (one level only: BenchSpec.extends)
             while more is not None and bench.extends and len(runs) < cap:
@@ -289,22 +362,37 @@ class EmulatedMeasurer:
                             cap - len(runs))
                 if extra <= 0:
                     break
-                runs.extend(self._runs(cid, extra, level)[0])
+                runs.extend(self._runs(cid, level, first_round + len(runs), extra)[0])
             self.bench_runs += len(runs)
-            self.clock += sum(_wall(r, bench.max_tokens) for r in runs)
-            levels[level] = _bench_result(runs, accept, bench.at_level(level))
+            spent = sum(_wall(r, bench.max_tokens) for r in runs)
+            self.run_s += spent
+            self.clock += spent
+            levels[level] = _bench_result(runs, accept, bench.at_level(level),
+                                          self._rounds(first_round, len(runs), level),
+                                          self.truth.prompts)
             measured[level] = [_mean(r) for r in runs]
+        self.first_seen.setdefault(cid, self.clock)
         self.log.append(Measured(cid, self.restarts, measured))
         level = primary if primary in levels else min(levels)
         return Measurement(config, self.current, levels[level],
                            0.0 if reused else self.restart_s,
                            DecodeSummary(0, None, None, None, 0), reused, levels)
 
-    def _runs(self, cid: str, n: int, level: int) -> tuple[list[list[float]], float | None]:
-        if self.noise:
-            return self.truth.measure_accept(cid, self.rng, n, level)
-        tok_s = float(self.truth.configs[cid].levels[level].tok_s or 0.0)
-        return [[tok_s] * level for _ in range(n)], None
+    def _rounds(self, first: int, n: int, level: int) -> list[tuple[int, list[int]]]:
+        """(position, prompt indices) of ``n`` runs at ``level`` from round ``first`` of the
+        study's one order, as measure/client.run_round sends them."""
+        prompts, c = self.truth.prompts, max(1, level)
+        return [(((first + i) * c) % len(prompts), prompts.round_prompts(first + i, c))
+                for i in range(n)]
+
+    def _runs(self, cid: str, level: int, first: int, n: int
+              ) -> tuple[list[list[float]], float | None]:
+        if not self.noise:
+            tok_s = float(self.truth.configs[cid].levels[level].tok_s or 0.0)
+            return [[tok_s] * level for _ in range(n)], None
+        rounds = [[self.truth.prompt_factor(i, self.scale) for i in idxs]
+                  for _, idxs in self._rounds(first, n, level)]
+        return self.truth.measure_accept(cid, self.rng, rounds, self.speed, level)
 
     def stop(self, best_effort: bool = False, label: str = "") -> None:
         self.current = None
@@ -341,17 +429,21 @@ def _wall(requests: list[float], max_tokens: int) -> float:
     return max(max_tokens / v if v > 0 else 0.0 for v in requests)
 
 
-def _bench_result(runs: list[list[float]], accept: float | None, bench: BenchSpec
-                  ) -> BenchResult:
+def _bench_result(runs: list[list[float]], accept: float | None, bench: BenchSpec,
+                  where: list[tuple[int, list[int]]] | None = None,
+                  prompts: PromptSet | None = None) -> BenchResult:
     made = []
     for i, run in enumerate(runs):
-        reqs = [RequestResult(ok=True, error=None, prompt_index=i * len(run) + j,
+        pos, idxs = where[i] if where else (None, [i * len(run) + j for j in range(len(run))])
+        reqs = [RequestResult(ok=True, error=None, prompt_index=idxs[j],
                               prompt_tokens=None, completion_tokens=bench.max_tokens,
                               ttft_s=None, e2e_s=bench.max_tokens / v if v > 0 else 0.0,
                               tok_s=v, decode_tok_s=None, n_chunks=0, gap_mean_s=None,
                               gap_max_s=None, short=False, text="")
                 for j, v in enumerate(run)]
-        made.append(make_run(i, reqs, _wall(run, bench.max_tokens), False))
+        cats = [prompts.category(j) for j in idxs] if prompts is not None else None
+        made.append(make_run(i, reqs, _wall(run, bench.max_tokens), False,
+                             position=pos, categories=cats))
     return BenchResult(runs=made, warmup_runs=[], stats=summarize([r.tok_s for r in made]),
                        spec=bench,
                        prompt_hash="emulated", base_url="emulated", model=None,
@@ -385,6 +477,10 @@ class Sweep:
     bench_runs: int = 0  # measured benchmark runs of the sweep (the longer ones' included)
     final: str | None = None  # the pick at the end (after the confirm phase, if any)
     clock: float = 0.0  # simulated seconds, the confirm phase's included
+    final_clock: float = 0.0  # simulated seconds when the pick was first measured
+    sure: float | None = None  # the verdict's "How sure" of the pick
+    stopped: str | None = None  # the stop rule's reason, when it ended the sweep early
+    node_s: float | None = None  # node-seconds the loop counted for its trials (summary)
 
 
 _OUTCOME = {TrialKind.SKIPPED: "skipped", TrialKind.REPEAT: "repeat"}
@@ -412,15 +508,19 @@ def records_of(trials: list[optuna.trial.FrozenTrial], truth: GroundTruth) -> li
 
 
 def emulate(truth: GroundTruth, strategy: str, seed: int, budget: int, *,
-            noise: bool = True) -> Sweep:
+            noise: bool = True, start_sd: float | None = None,
+            restart_s: float | None = None) -> Sweep:
     """One sweep of ``budget`` restarts in all, the product's loop through the emulated
-    measurer: the confirm phase's restarts (when the study has one) come out of it."""
+    measurer: the confirm phase's restarts (when the study has one) come out of it.
+    ``start_sd``/``restart_s``: the per-start speed sd and the restart's seconds
+    (default: the profile's)."""
     spec = truth.spec
     # the confirm phase the CLI would run after this strategy's sweep (run/confirm.py)
     sampler_name = spec.sweep.sampler if strategy == DEFAULT else strategy
     start = after_sweep_plan(spec, sampler_name)
     trials = max(1, budget - start)
-    measurer = EmulatedMeasurer(truth, seed, noise=noise)
+    measurer = EmulatedMeasurer(truth, seed, noise=noise, start_sd=start_sd,
+                                restart_s=restart_s)
     out = Sweep()
     with tempfile.TemporaryDirectory(prefix="sweeper-bench-") as tmp:
         options = SweepOptions(trials=trials, storage=f"sqlite:///{tmp}/bench.db", seed=seed,
@@ -444,6 +544,10 @@ def emulate(truth: GroundTruth, strategy: str, seed: int, budget: int, *,
             out.final = best.config_id if best is not None else None
         out.confirm_restarts = measurer.restarts - out.restarts
         out.clock = measurer.clock
+        out.final_clock = measurer.first_seen.get(out.final or "", measurer.clock)
+        out.sure = verdict(study).sure
+        out.stopped = pool.summary.stop_reason
+        out.node_s = pool.summary.node_seconds
         pool.done()
     return out
 

@@ -24,14 +24,26 @@ proposals after the first 10 restarts landing on failing configurations (skipped
 counted), and every skip checked against the ground truth: how many skipped configurations
 would have served, and how many of them were in the true top 1%.
 
+Real-node conditions (issue 23): ``--start-sd`` the per-start speed sd in percent (0, 1,
+2, or ``profile``: the profile's noise.start_sd), ``--prompts on|off`` prompt-dependent
+acceptance (the truth is then the mean over the study's prompt set), ``--restart-min`` the
+modelled minutes of a restart; each combination is a row. Per strategy, a second line:
+median node-hours to the final pick (the simulated clock when it was first measured) and
+for the whole sweep (the confirm phase's included; the stop rule may end it early), how
+many sweeps the stop rule ended, and calibration: the mean "How sure" of the picks against
+the share of picks truly within 1% of the optimum.
+
     .venv/bin/python bench/search_efficiency.py                   # demo + kimi, 20 seeds
     .venv/bin/python bench/search_efficiency.py --profile bench/landscapes/wide-tree-h200.yaml
     .venv/bin/python bench/search_efficiency.py --strategy tpe model --seeds 5 --budget 60
+    .venv/bin/python bench/search_efficiency.py --profile kimi --strategy default \
+        --start-sd 0 1 2 profile --prompts on off --restart-min 3 8 15
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import multiprocessing
 import statistics
 import sys
@@ -113,20 +125,41 @@ class SeedResult:
     honesty: Honesty
     restarts: int
     bench_runs: int  # benchmark runs in the sweep (measured longer ones' included)
+    pick_h: float = 0.0  # simulated node-hours when the final pick was first measured
+    sweep_h: float = 0.0  # simulated node-hours of the whole sweep, the confirm included
+    sure: float | None = None  # the verdict's "How sure" of the pick
+    stopped: bool = False  # the stop rule ended the sweep before its budget
+
+
+@dataclass(frozen=True)
+class Row:
+    """The real-node conditions of one row of figures."""
+
+    start_sd: float | None  # per-start speed sd (None: the profile's noise.start_sd)
+    prompts: bool  # prompt-dependent acceptance
+    restart_min: float  # modelled minutes of a restart
+
+    def describe(self, truth: GroundTruth) -> str:
+        sd = truth.profile.noise.start_sd if self.start_sd is None else self.start_sd
+        return (f"per-start sd {sd:.1%}{' (profile)' if self.start_sd is None else ''}, "
+                f"prompt-dependent acceptance {'on' if truth.prompt_effects else 'off'}, "
+                f"restart {self.restart_min:g} min")
 
 
 _TRUTH: GroundTruth | None = None  # set before the worker processes fork
 
 
-def _one(task: tuple[str, int, int]) -> SeedResult:
-    strategy, seed, budget = task
+def _one(task: tuple[str, int, int, Row]) -> SeedResult:
+    strategy, seed, budget, row = task
     truth = _TRUTH
     assert truth is not None
-    sweep = emulate(truth, strategy, seed, budget)
+    sweep = emulate(truth, strategy, seed, budget, start_sd=row.start_sd,
+                    restart_s=row.restart_min * 60.0)
     gap = truth.gap(sweep.final) if sweep.final is not None else -1.0
     found = any(r.outcome == "measured" and truth.gap(r.cid) >= -0.01 for r in sweep.records)
     return SeedResult(gap, found, honesty(sweep, truth), sweep.restarts + sweep.confirm_restarts,
-                      sweep.bench_runs)
+                      sweep.bench_runs, sweep.final_clock / 3600, sweep.clock / 3600, sweep.sure,
+                      sweep.stopped is not None)
 
 
 # --------------------------------------------------------------------------- report
@@ -135,27 +168,49 @@ def _share(a: int, b: int) -> str:
 
 
 def bench_profile(profile: str, strategies: list[str], seeds: int, budget: int,
-                  jobs: int, gp_seeds: int) -> dict[str, list[SeedResult]]:
+                  jobs: int, gp_seeds: int, rows: list[Row] | None = None
+                  ) -> dict[str, list[SeedResult]]:
     global _TRUTH
-    t0 = time.monotonic()
+    rows = rows or [Row(None, True, 8.0)]
     label, spec, sim_profile = study_for(profile)
-    truth = _TRUTH = GroundTruth(spec, sim_profile)
+    out: dict[str, list[SeedResult]] = {}
+    for prompts in dict.fromkeys(r.prompts for r in rows):
+        t0 = time.monotonic()
+        truth = _TRUTH = GroundTruth(spec, sim_profile, prompt_effects=prompts)
+        _header(label, spec, sim_profile, truth, seeds, budget, time.monotonic() - t0)
+        for row in (r for r in rows if r.prompts == prompts):
+            print(f"\n   -- {row.describe(truth)}")
+            out.update(_row(truth, row, strategies, seeds, budget, jobs, gp_seeds))
+    return out
+
+
+def _header(label: str, spec: StudySpec, sim_profile: str, truth: GroundTruth, seeds: int,
+            budget: int, took: float) -> None:
     n = len(truth.space_cids)
     failing = sum(truth.fails(c) for c in truth.space_cids)
-    near = {tol: sum(truth.gap(c) >= -tol for c in truth.space_cids) for tol in (0.01, 0.02)}
+    near = {tol: sum(truth.gap(c) >= -tol for c in truth.space_cids
+                     if truth.plain_tok_s(c) >= truth.optimum * (1 - truth.CANDIDATE_MARGIN))
+            for tol in (0.01, 0.02)}
     print(f"\n== {label}: study {spec.name}, simulated profile {sim_profile} "
-          f"({time.monotonic() - t0:.1f}s to enumerate)")
+          f"({took:.1f}s to enumerate)")
     print(f"   space: {n} configurations, {failing} fail ({failing / n:.0%}); within 1%/2% of "
           f"the optimum: {near[0.01]}/{near[0.02]}")
-    print(f"   true optimum {truth.optimum:.1f} tok/s: {truth.best.effective or 'baseline'}; "
+    print(f"   true optimum {truth.optimum:.1f} tok/s"
+          f"{' (mean over the study prompt set)' if truth.prompt_effects else ''}: "
+          f"{truth.best.effective or 'baseline'}; "
           f"baseline {truth.true_tok_s(truth.baseline_cid):.1f}")
     full, check = confirm_plan(spec, "tpe"), confirm_plan(spec, "model")
     confirm = (f"inside the budget, the confirm phase the CLI runs: top {full.top} + baseline "
                f"({full.restarts} restarts), or with the model sampler the lossless check of "
                f"its pick ({check.restarts})" if full.top else "no confirm phase")
-    print(f"   {seeds} seeds, {budget} restarts per sweep ({confirm}); benchmark "
+    print(f"   {seeds} seeds, {budget} restarts per sweep at most ({confirm}); benchmark "
           f"{spec.benchmark.runs} runs x {spec.benchmark.max_tokens} tokens; noise cycle_sd "
-          f"{truth.profile.noise.cycle_sd}, accept_sd {truth.profile.noise.accept_sd}")
+          f"{truth.profile.noise.cycle_sd}, accept_sd {truth.profile.noise.accept_sd}; "
+          f"stop_when_sure {spec.sweep.stop_when_sure:g}")
+
+
+def _row(truth: GroundTruth, row: Row, strategies: list[str], seeds: int, budget: int,
+         jobs: int, gp_seeds: int) -> dict[str, list[SeedResult]]:
     print(f"   {'strategy':<10} {'<=1%':>5} {'<=2%':>5} {'found1%':>7} {'median gap':>10} "
           f"{'worst':>7}  {'fail restarts>10':>16} {'fail proposals>10':>17}  "
           f"{'skips':>5} {'would serve':>11} {'top1%':>5} {'runs':>6} {'time':>5}", flush=True)
@@ -164,7 +219,7 @@ def bench_profile(profile: str, strategies: list[str], seeds: int, budget: int,
     for strategy in strategies:
         ts = time.monotonic()
         n_seeds = min(seeds, gp_seeds) if strategy == GP else seeds
-        tasks = [(strategy, s, budget) for s in range(n_seeds)]
+        tasks = [(strategy, s, budget, row) for s in range(n_seeds)]
         if jobs > 1:
             with ctx.Pool(jobs) as pool:
                 results = pool.map(_one, tasks, chunksize=1)
@@ -184,6 +239,16 @@ def bench_profile(profile: str, strategies: list[str], seeds: int, budget: int,
               f"{statistics.fmean(r.bench_runs for r in results):>6.0f} "
               f"{time.monotonic() - ts:>4.0f}s"
               + (f"  ({n_seeds} seeds)" if n_seeds != seeds else ""), flush=True)
+        sures = [r.sure for r in results if r.sure is not None]
+        within = sum(g >= -0.01 for g in gaps) / len(gaps)
+        mean_sure = statistics.fmean(sures) if sures else float("nan")
+        print(f"   {'':<10} node-hours (simulated) median to the pick "
+              f"{statistics.median(r.pick_h for r in results):.2f}, whole sweep "
+              f"{statistics.median(r.sweep_h for r in results):.2f} (max "
+              f"{max(r.sweep_h for r in results):.2f}); stopped early "
+              f"{sum(r.stopped for r in results)}/{len(results)}; calibration: mean How sure "
+              f"{mean_sure:.0%} vs picks truly within 1% {within:.0%} "
+              f"({(mean_sure - within) * 100:+.0f} points)", flush=True)
     return out
 
 
@@ -197,7 +262,13 @@ LEGEND = f"""
    predicted failures; would serve: skipped although the ground truth says the
    configuration serves (target 0 of the top 1%, under 5% overall); top1%: of those, within
    1% of the optimum; runs: benchmark runs per sweep (mean over seeds; a configuration
-   close to the best is measured longer on the same start, benchmark.max_runs)."""
+   close to the best is measured longer on the same start, benchmark.max_runs).
+   node-hours (simulated): the emulation's clock, modelled restart minutes and run seconds
+   (max_tokens / tok/s), to the moment the final pick was first measured and for the whole
+   sweep with its confirm phase; stopped early: sweeps the stop rule ended before the
+   budget (sweep.stop_when_sure); calibration: the mean of the picks' "How sure" (the
+   verdict's probability of being within 1% of the best measured) against the share of
+   picks truly within 1% of the optimum (target: within 10 points)."""
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -210,6 +281,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--budget", type=int, default=40,
                     help="restarts per sweep, the confirm phase's included")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes")
+    ap.add_argument("--start-sd", nargs="+", default=["profile"],
+                    help="per-start speed sd in percent (0, 1, 2...) or profile")
+    ap.add_argument("--prompts", nargs="+", default=["on"], choices=["on", "off"],
+                    help="prompt-dependent acceptance (the profile's categories, prompt_sd)")
+    ap.add_argument("--restart-min", nargs="+", type=float, default=[8.0],
+                    help="modelled minutes of a server restart (3, 8, 15)")
     ap.add_argument("--gp-seeds", type=int, default=4,
                     help="seeds for gp (~25-50 s per sweep on one core: all 20 seeds take 10+ min)")
     args = ap.parse_args(argv)
@@ -221,11 +298,18 @@ def main(argv: list[str] | None = None) -> None:
             print(f"[note] gp left out: {gp_missing()}")
             continue
         strategies.append(s)
+    try:
+        sds = [None if v == "profile" else float(v) / 100 for v in args.start_sd]
+    except ValueError:
+        ap.error(f"--start-sd {' '.join(args.start_sd)}: percent numbers or profile")
+    rows = [Row(sd, p == "on", m)
+            for p, sd, m in itertools.product(args.prompts, sds, args.restart_min)]
     t0 = time.monotonic()
     print("ALL FIGURES: SIMULATED SGLang server (sweeper.sim performance model, a test "
           "double), not real hardware.")
     for profile in args.profile:
-        bench_profile(profile, strategies, args.seeds, args.budget, args.jobs, args.gp_seeds)
+        bench_profile(profile, strategies, args.seeds, args.budget, args.jobs, args.gp_seeds,
+                      rows)
     print(LEGEND)
     print(f"\nruntime {time.monotonic() - t0:.0f}s")
 

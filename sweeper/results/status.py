@@ -54,6 +54,10 @@ def print_summary(console: Console, s: SweepSummary, headline: Headline,
     """The end of a sweep; ``export`` is the command that exports this sweep's winner
     (cli/common.export_command: the study and storage as the sweep was given them)."""
     console.print("\n" + summary_counts(s))
+    if s.stop_reason:
+        console.print(f"Stopped early: {s.stop_reason}")
+    if s.node_seconds is not None:
+        console.print(f"Node time: {s.node_seconds / 3600:.2f} node-hours ({s.node_source})")
     for line in headline.lines():
         console.print(line)
     if s.kept_server is not None:

@@ -28,3 +28,6 @@ class SweepSummary:
     kept_server: ServerHandle | None = None
     simulated: bool = False
     resumed_from: int = 0
+    stop_reason: str | None = None  # why the stop rule ended the sweep early (one line)
+    node_seconds: float | None = None  # node time the sweep's trials took
+    node_source: str = ""  # what node_seconds rests on (measured, the study's costs)

@@ -3,7 +3,9 @@
 ``decide`` is a pure function of a proposal and explicit state (what the study measured,
 the failure memory, how many repeats in a row were answered without a restart) that
 returns a typed ``Decision``; the loop (run/workers.py) carries it out and nothing else
-decides. ``Outcome`` is how a trial ended for the loop; ``advance`` is the one place a
+decides. ``should_stop`` is the same for the sweep as a whole after each finished trial:
+``StopState`` in, a ``Stop`` (with its one-line reason) or None out.
+``Outcome`` is how a trial ended for the loop; ``advance`` is the one place a
 trial's outcome is set, and it refuses a transition that cannot happen.
 """
 
@@ -15,8 +17,10 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from sweeper.measure.stats import Starts
 from sweeper.results import attrs as A
 from sweeper.search.failures import FailureMemory
+from sweeper.search.nodetime import SURE_TOL, stop_reason
 
 # An accidental repeat of a measured configuration is resolved without a restart this many
 # times in a row; the next one is measured (a sampler that insists gets its replicate), so
@@ -81,6 +85,76 @@ def decide(p: Proposal, measured: Sequence[tuple[int, float]], memory: FailureMe
 def skip_limit(trials: int) -> int:
     """Skipped proposals past which the loop stops (SweepAborted)."""
     return SKIP_LIMIT_FACTOR * trials + SKIP_LIMIT_MARGIN
+
+
+# --------------------------------------------------------------------------- stopping
+@dataclass(frozen=True)
+class StopState:
+    """What the stop rule sees after a finished trial: the leader's runs by start, every
+    other configuration's that could win, the between-start variance, and how long the
+    leader's level has held (finished restarts since the first trial of a configuration
+    within 1% of it: a sampler still finding better configurations is not done)."""
+
+    leader: Starts
+    others: tuple[Starts, ...]
+    tau2: float
+    restarts: int  # finished trials that started a server
+    held: int  # ... of them after the leader's level was first reached
+    patience: int  # the least of both before stopping (the study's n_startup_trials)
+    stop_when_sure: float  # sweep.stop_when_sure (1: never stop early)
+
+
+@dataclass(frozen=True)
+class Stop:
+    reason: str  # one line, for the user: why the sweep ends before --trials
+
+
+def should_stop(state: StopState) -> Stop | None:
+    """Stop when the pick is at least ``stop_when_sure`` likely to be within 1% of every
+    other configuration measured (two-level statistics: search/nodetime.stop_reason), once
+    the sampler has explored (``patience`` restarts), the leader's level has held as
+    long and the leader was measured on two starts or more: "sure" speaks of what was
+    measured, the holding of what the search still finds."""
+    if state.stop_when_sure >= 1.0 or not state.others:
+        return None
+    if state.restarts < state.patience or state.held < state.patience:
+        return None
+    if len(state.leader) < 2:
+        # one start's speed is not the configuration's: until the leader has a second
+        # start, its lead may be a lucky start, which only the prior's spread accounts for
+        return None
+    why = stop_reason(state.leader, state.others, state.tau2, state.stop_when_sure)
+    if why is None:
+        return None
+    return Stop(f"{why}; no configuration more than {SURE_TOL:.0%} better in the last "
+                f"{state.held} restarts")
+
+
+def stop_state(trials: Sequence[Any], stop_when_sure: float, patience: int
+               ) -> StopState | None:
+    """The stop rule's state from a study's trials (optuna FrozenTrials): the
+    configurations ranked by their two-level means (results/verdict.config_results), the
+    study's between-start variance; None before two configurations are measured."""
+    import sweeper.results.verdict as R
+    from sweeper.measure.stats import start_variance
+    from sweeper.results.kind import TrialKind, kind_of
+
+    swept = [t for t in trials if kind_of(t) != TrialKind.CONFIRM]
+    results = [r for r in R.config_results(swept) if r.runs and r.two is not None]
+    if len(results) < 2:
+        return None
+    results.sort(key=lambda r: r.two.mean if r.two is not None else 0.0, reverse=True)
+    lead = results[0]
+    level = (lead.two.mean if lead.two is not None else 0.0) * (1 - SURE_TOL)
+    near = {r.config_id for r in results if r.two is not None and r.two.mean >= level}
+    started = [t for t in swept if isinstance(t.user_attrs.get(A.STARTUP), int | float)
+               and t.user_attrs[A.STARTUP] > 0]
+    reached = min((t.number for t in started if t.user_attrs.get(A.CONFIG_ID) in near),
+                  default=None)
+    held = sum(t.number > reached for t in started) if reached is not None else 0
+    tau2 = start_variance([r.by_start() for r in results]).tau2
+    return StopState(lead.by_start(), tuple(r.by_start() for r in results[1:]), tau2,
+                     len(started), held, patience, stop_when_sure)
 
 
 # --------------------------------------------------------------------------- outcomes

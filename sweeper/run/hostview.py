@@ -32,5 +32,5 @@ class Prefixed:
     def line(self, text: str) -> None:
         self.inner.line(self.prefix + text)
 
-    def progress(self, done: int, total: int) -> None:
-        self.inner.progress(done, total)
+    def progress(self, done: int, total: int, note: str = "") -> None:
+        self.inner.progress(done, total, note)

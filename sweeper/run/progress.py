@@ -30,7 +30,7 @@ from rich.text import Text
 class Reporter(Protocol):
     def phase(self, text: str) -> None: ...
     def line(self, text: str) -> None: ...
-    def progress(self, done: int, total: int) -> None: ...
+    def progress(self, done: int, total: int, note: str = "") -> None: ...
 
 
 class _MeanTrialEta(ProgressColumn):
@@ -65,19 +65,21 @@ class ConsoleReporter:
     def live(self) -> bool:
         return self.console.is_terminal
 
-    def progress(self, done: int, total: int) -> None:
+    def progress(self, done: int, total: int, note: str = "") -> None:
+        """``note``: what the sweep has spent so far (node-hours), after the bar."""
         if not self.live:
             return
         if self._progress is None:
             self._progress = Progress(
                 SpinnerColumn(), TextColumn("{task.description}", style="dim"),
                 BarColumn(bar_width=20), MofNCompleteColumn(), TimeElapsedColumn(),
-                _MeanTrialEta(time.monotonic()), console=self.console, transient=True,
+                _MeanTrialEta(time.monotonic()), TextColumn("{task.fields[note]}"),
+                console=self.console, transient=True,
                 redirect_stdout=False, redirect_stderr=False)
-            self._task = self._progress.add_task(self._cut(self._phase), total=total)
+            self._task = self._progress.add_task(self._cut(self._phase), total=total, note=note)
             self._progress.start()
         assert self._task is not None
-        self._progress.update(self._task, completed=done, total=total)
+        self._progress.update(self._task, completed=done, total=total, note=note)
 
     def phase(self, text: str) -> None:
         self._phase = text
@@ -110,5 +112,5 @@ class NullReporter:
     def line(self, text: str) -> None:
         pass
 
-    def progress(self, done: int, total: int) -> None:
+    def progress(self, done: int, total: int, note: str = "") -> None:
         pass

@@ -42,7 +42,7 @@ from sweeper.results.hosts import DONE, IDLE, RETIRED, RUNNING, STARTING, record
 from sweeper.results.kind import TrialKind, kind_of, ran_on_server
 from sweeper.run.claims import admitted, duplicate_of, needs_baseline, room
 from sweeper.run.common import SweepOptions, SweepSummary, sigterm_as_interrupt, storage_guard
-from sweeper.run.decide import Outcome, skip_limit
+from sweeper.run.decide import Outcome, should_stop, skip_limit, stop_state
 from sweeper.run.hostview import Prefixed, host_view
 from sweeper.run.killpoint import killpoint
 from sweeper.run.progress import NullReporter, Reporter
@@ -51,6 +51,7 @@ from sweeper.run.session import HostSession
 from sweeper.run.step import Observer, run_trial
 from sweeper.run.worker import Busy, NoRoom, Worker
 from sweeper.search.failures import FailureMemory
+from sweeper.search.nodetime import spent_seconds
 from sweeper.study import StudySpec
 
 BACKOFF_SECONDS = 1.0
@@ -382,13 +383,45 @@ class HostPool:
             self._consecutive = 0 if outcome == Outcome.COMPLETE else self._consecutive + 1
             consecutive = self._consecutive
         done = finished_count(w.study) - (self.target - self.options.trials)
-        self.report.progress(max(0, done), self.options.trials)
+        trials = w.study.get_trials(deepcopy=False)
+        self.report.progress(max(0, done), self.options.trials, self._spent(trials))
         if consecutive >= self.spec.sweep.max_consecutive_failures:
             self._abort(SweepAborted(
                 f"{consecutive} trials in a row failed; the last: {w.last_failure}. "
                 "Check the study's server settings and the hosts, then run the same "
                 "command to resume", reason="failures"))
             return False
+        return not self._sure(trials, done)
+
+    def _spent(self, trials: list[FrozenTrial]) -> str:
+        """Node-hours so far, for the live line and the summary (search/nodetime.py)."""
+        sw, bench = self.spec.sweep, self.spec.benchmark
+        secs, source = spent_seconds(trials, bench.max_tokens, bench.warmup,
+                                     sw.restart_cost, sw.run_cost)
+        if self.summary.simulated:
+            source = f"simulated: modelled start-up and run seconds; {source}"
+        self.summary.node_seconds, self.summary.node_source = secs, source
+        return f"{secs / 3600:.2f} node-h"
+
+    def _sure(self, trials: list[FrozenTrial], done: int) -> bool:
+        """The stop rule (run/decide.should_stop) after a finished trial: True stops the
+        sweep here, the reason said in one line; --trials stays the upper bound."""
+        sw = self.spec.sweep
+        if done >= self.options.trials or sw.stop_when_sure >= 1.0 or \
+                len(self.spec.benchmark.levels) > 1:
+            return False
+        state = stop_state(trials, sw.stop_when_sure, sw.n_startup_trials)
+        stop = should_stop(state) if state is not None else None
+        if stop is None:
+            return False
+        with self._lock:
+            if self._stop.is_set():
+                return True
+            self.summary.stopped_because = "sure"
+            self.summary.stop_reason = stop.reason
+            self._stop.set()
+        self.report.line(f"Stopping after {done} of {self.options.trials} trials: "
+                         f"{stop.reason}")
         return True
 
     def _abort(self, exc: BaseException) -> None:
@@ -407,10 +440,11 @@ class HostPool:
         s = self.summary
         with contextlib.suppress(Exception):
             done = finished_count(self.study)
-            # Cleared when the time limit stopped it. Kept otherwise: ``done()`` clears it
-            # after the confirm phase (a kill there resumes the confirm), and after an
-            # abort or a kill the same command resumes towards the same target.
-            if s.stopped_because == "timeout" and done < self.target:
+            # Cleared when the time limit or the stop rule stopped it. Kept otherwise:
+            # ``done()`` clears it after the confirm phase (a kill there resumes the
+            # confirm), and after an abort or a kill the same command resumes towards the
+            # same target.
+            if s.stopped_because in ("timeout", "sure") and done < self.target:
                 self.study.set_user_attr(A.BUDGET, None)
         for w in self.workers:
             if not w.session.opened:

@@ -15,16 +15,16 @@ expected loss for some node-seconds. These are the pure building blocks:
 - ``choose``: the option with the best gain per node-second, or stop when none pays;
 - ``stop_reason``: the stop rule, ``sweep.stop_when_sure`` (default 0.95 that the pick is
   within 1% of the best measured);
+- ``spent_seconds``: the node time a study's trials took;
 - ``plan_seconds``: the node time of a study as written (``sweeper validate``).
 
-Where they plug in (the trial loop, run/sweep.py, run/workers.py, run/longer.py):
-``more_runs`` passes ``runs_per_start(...)`` as ``worth_more_runs``'s ``max_per_start``;
-before asking the sampler for the next trial, the loop calls ``stop_reason`` with the
-verdict's starts (results/verdict.ConfigResult.starts) and ends the sweep with that reason
-(``--trials`` stays the upper bound); with the model sampler it compares
-``replicate_gain`` of the racing call and the sampler's expected improvement per
-``Costs.trial_s`` through ``choose``; the live line and summary add up
-``Costs.spent(restarts, runs)`` (on the simulator: modelled seconds, labelled as such).
+Where they plug in: after each finished trial the loop (run/workers.py) asks
+run/decide.should_stop, which calls ``stop_reason`` with the configurations' starts
+(results/verdict.ConfigResult.by_start) once the sampler has explored, and ends the sweep
+with that reason (``--trials`` stays the upper bound); the live bar and the summary add up
+``spent_seconds`` (on the simulator: modelled seconds, labelled as such); run/longer.py
+caps runs on one start at ``runs_per_start``. Not wired yet: ``choose`` between a
+replicate start and a new configuration (another restart worth less than it costs).
 """
 
 from __future__ import annotations
@@ -161,6 +161,35 @@ def stop_reason(best: Starts, others: Sequence[Starts], tau2: float,
         return None
     return (f"the pick is {p:.0%} sure to be within 1% of the best configuration measured "
             f"(sweep.stop_when_sure: {stop_when_sure:g})")
+
+
+def spent_seconds(trials: Sequence[Any], max_tokens: int, warmup: int = 1,
+                  restart_s: float | None = None, run_s: float | None = None
+                  ) -> tuple[float, str]:
+    """Node-seconds a study's trials (optuna FrozenTrials) took, and what they rest on:
+    every start-up as measured (``restart_s`` per restart when the study sets it) and
+    every run, the warm-ups included, at its measured duration (max_tokens / tok/s) or at
+    ``run_s``. Trials that reused a running server (start-up 0) cost their runs only."""
+    from sweeper.results import attrs as A
+
+    up_s = runs_s = 0.0
+    for t in trials:
+        ua = t.user_attrs
+        up = ua.get(A.STARTUP)
+        if isinstance(up, int | float) and up > 0:
+            up_s += restart_s if restart_s else float(up)
+        tok_s = [float(v) for v in ua.get(A.RUNS) or [] if isinstance(v, int | float)]
+        if not tok_s:
+            continue
+        n = len(tok_s) + int(ua.get(A.RUNS_FLAGGED) or 0) + (warmup if up != 0 else 0)
+        if run_s:
+            runs_s += n * run_s
+        else:
+            each = [max_tokens / v for v in tok_s if v > 0]
+            runs_s += sum(each) + (n - len(each)) * statistics.median(each) if each else 0.0
+    source = "start-ups at sweep.restart_cost" if restart_s else "start-ups as measured"
+    source += ", runs at sweep.run_cost" if run_s else ", runs as measured"
+    return up_s + runs_s, source
 
 
 def plan_seconds(costs: Costs, trials: int, runs: int, warmup: int, max_runs: int | None,

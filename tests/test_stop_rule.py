@@ -1,0 +1,156 @@
+"""The stop rule in the one loop, and the emulated measurer's real-node noise.
+
+Through the loop ``sweeper optimize`` runs (run/workers.HostPool), measuring through the
+bench's emulated measurer (the simulator's ground truth in process, a simulated clock):
+a study whose leader is clear ends before ``--trials`` and says why; one whose leader is
+not clear runs its trials. The emulated measurer's per-start speed factor is what the
+two-level statistics (measure/stats.start_variance) recover as between-start variance.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from bench.emulation import EmulatedMeasurer, GroundTruth, Sweep, emulate
+from sweeper.results import attrs as A
+from sweeper.results.verdict import ConfigResult, two_levels
+from sweeper.run.decide import StopState, should_stop
+from sweeper.search.nodetime import spent_seconds
+from sweeper.study import StudySpec, parse_study
+
+from .conftest import demo_study_data
+
+TRIALS = 30
+# one knob, one step count: 1 to 6 steps are several percent apart on the demo profile
+CLEAR = {"speculative-num-steps": {"int": [1, 6]}, "speculative-eagle-topk": {"choices": [1]}}
+# the top four configurations of this space are within 1% of each other, the next ones
+# 1-3% below: a leader the runs cannot tell apart from its neighbours
+CLOSE = {"speculative-num-steps": {"int": [3, 5]}, "speculative-eagle-topk": {"choices": [1, 2]},
+         "speculative-num-draft-tokens": {"int": [4, 8]}}
+
+
+def _study(tmp: Path, space: dict[str, Any], **sweep: Any) -> StudySpec:
+    data = demo_study_data(
+        tmp, start_from=[],
+        benchmark={"api": "chat", "max_tokens": 500, "runs": 10, "warmup": 1, "max_runs": 10},
+        sweep={"seed": 5, "sampler": "random", "confirm_top": 0, "n_startup_trials": 3,
+               **sweep})
+    data["space"] = space
+    return parse_study(data, tmp / "t.yaml")
+
+
+def _trials(sweep: Sweep) -> int:
+    """Trials of the sweep that counted towards --trials (measured or failed)."""
+    return sum(r.restart for r in sweep.records)
+
+
+def test_the_stop_rule_ends_a_sweep_whose_leader_is_clear(tmp_path: Path) -> None:
+    truth = GroundTruth(_study(tmp_path, CLEAR), "demo")
+    sweep = emulate(truth, "default", 1, TRIALS)  # the profile's noise: start_sd 1.5%
+    assert sweep.stopped is not None and "sure to be within 1%" in sweep.stopped
+    assert _trials(sweep) < TRIALS
+    assert sweep.final == truth.best.cid
+    assert sweep.node_s is not None and sweep.node_s > 0
+
+
+def test_the_stop_rule_does_not_end_a_sweep_whose_leader_is_not_clear(tmp_path: Path) -> None:
+    truth = GroundTruth(_study(tmp_path, CLOSE), "demo")
+    sweep = emulate(truth, "default", 1, TRIALS)
+    assert sweep.stopped is None
+    assert _trials(sweep) == TRIALS
+
+
+def test_stop_when_sure_1_never_stops_early(tmp_path: Path) -> None:
+    truth = GroundTruth(_study(tmp_path, CLEAR, stop_when_sure=1), "demo")
+    sweep = emulate(truth, "default", 1, TRIALS)
+    assert sweep.stopped is None and _trials(sweep) == TRIALS
+
+
+def _state(leader: list[list[float]], others: list[list[list[float]]], **kw: Any) -> StopState:
+    base: dict[str, Any] = {"tau2": 0.015**2, "restarts": 12, "held": 8, "patience": 8,
+                            "stop_when_sure": 0.95}
+    base.update(kw)
+    return StopState(leader, tuple(others), **base)
+
+
+def _runs(mean: float, n: int = 10, cv: float = 0.05) -> list[float]:
+    # a fixed, symmetric spread around the mean (no randomness in a unit test)
+    return [mean * math.exp(cv * (i - (n - 1) / 2) / ((n - 1) / 2) * 1.7) for i in range(n)]
+
+
+def test_should_stop_needs_exploration_a_held_level_and_two_starts_of_the_leader() -> None:
+    clear = [_runs(110.0), _runs(109.0)]
+    others = [[_runs(90.0)], [_runs(95.0), _runs(94.0)]]
+    stop = should_stop(_state(clear, others))
+    assert stop is not None and "no configuration more than 1% better" in stop.reason
+    assert should_stop(_state(clear, others, restarts=7)) is None  # still exploring
+    assert should_stop(_state(clear, others, held=3)) is None  # a new level just found
+    assert should_stop(_state(clear[:1], others)) is None  # one start: maybe a lucky one
+    assert should_stop(_state(clear, others, stop_when_sure=1.0)) is None
+    # a leader 1.5% ahead on these runs is not sure to be within 1% of the runner-up
+    assert should_stop(_state(clear, [[_runs(108.4), _runs(107.2)]])) is None
+
+
+def test_emulated_start_noise_is_recovered_as_between_start_variance(tmp_path: Path) -> None:
+    """Two configurations, each served on 100 fresh starts walking the study's prompt
+    order: results/verdict.two_levels (what the loop's statistics read: runs by start,
+    compared prompt by prompt) recovers the per-start speed sd the measurer drew."""
+    spec = _study(tmp_path, CLEAR)
+    truth = GroundTruth(spec, "demo")
+    two = sorted(truth.space_cids, key=truth.true_tok_s)[-2:]
+    recovered = {}
+    for sd in (0.0, 0.03):
+        m = EmulatedMeasurer(truth, 7, start_sd=sd)
+        results = [ConfigResult(cid, {}, "config") for cid in two]
+        for visit in range(100):
+            for res in results:
+                got = m.measure(truth.configs[res.config_id].launch, f"t{visit}",
+                                spec.benchmark, first_round=10 * visit)
+                assert not got.reused  # the other configuration ran in between
+                runs = [r.tok_s for r in got.bench.runs]
+                res.runs.extend(runs)
+                res.starts.append(runs)
+                res.positions.extend((int(r.position or 0), r.tok_s) for r in got.bench.runs)
+        recovered[sd] = two_levels(results).sd
+    assert recovered[0.03] == pytest.approx(0.03, abs=0.006)
+    assert recovered[0.0] < 0.01
+
+
+def test_emulated_runs_walk_the_study_prompt_order_and_record_it(tmp_path: Path) -> None:
+    spec = _study(tmp_path, CLEAR)
+    truth = GroundTruth(spec, "demo")
+    m = EmulatedMeasurer(truth, 3)
+    a = m.measure(truth.best.launch, "a", spec.benchmark, first_round=0).bench
+    b = m.measure(truth.configs[truth.baseline_cid].launch, "b", spec.benchmark,
+                  first_round=0).bench
+    later = m.measure(truth.best.launch, "c", spec.benchmark, first_round=10).bench
+    n = len(truth.prompts)
+    assert [r.position for r in a.runs] == [r.position for r in b.runs] == list(range(10))
+    assert [r.position for r in later.runs] == [(10 + i) % n for i in range(10)]
+    order = truth.prompts.sequence
+    assert [r.categories for r in a.runs] == [[truth.prompts.category(order[i])]
+                                              for i in range(10)]
+    # the ground truth is the mean over the prompt set; a prompt's category moves a run
+    assert truth.prompt_effects
+    factors = {truth.prompt_factor(i, 1.0) for i in range(n)}
+    assert max(factors) / min(factors) > 1.05
+    assert statistics.fmean(truth.prompt_factor(i, 0.0) for i in range(n)) == 1.0
+
+
+def test_node_seconds_count_start_ups_runs_and_warm_ups() -> None:
+    def trial(up: float, runs: list[float]) -> SimpleNamespace:
+        return SimpleNamespace(user_attrs={A.STARTUP: up, A.RUNS: runs})
+
+    trials = [trial(100.0, [50.0, 50.0]), trial(0.0, [100.0])]  # the second reused its server
+    secs, source = spent_seconds(trials, max_tokens=100, warmup=1)
+    assert secs == pytest.approx(100 + 3 * 2.0 + 1 * 1.0)  # a warm-up on a fresh start only
+    assert "as measured" in source
+    secs, source = spent_seconds(trials, max_tokens=100, warmup=1, restart_s=480, run_s=6)
+    assert secs == pytest.approx(480 + 3 * 6 + 1 * 6)
+    assert "restart_cost" in source and "run_cost" in source
