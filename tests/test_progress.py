@@ -8,7 +8,7 @@ import time
 
 from rich.console import Console
 
-from sweeper.run.progress import ConsoleReporter
+from sweeper.run.progress import ConsoleReporter, _MeanTrialEta
 
 
 def test_terminal_gets_a_bar_with_eta_and_lines_cut_to_width() -> None:
@@ -17,7 +17,8 @@ def test_terminal_gets_a_bar_with_eta_and_lines_cut_to_width() -> None:
     rep = ConsoleReporter(console)
     rep.progress(0, 10)
     rep.phase("trial 3 (3/10) starting the server")
-    rep._progress.columns[-1].started = time.monotonic() - 30  # 3 trials in 30 s
+    eta = next(c for c in rep._progress.columns if isinstance(c, _MeanTrialEta))
+    eta.started = time.monotonic() - 30  # 3 trials in 30 s
     rep.progress(3, 10)
     rep._progress.refresh()
     rep.line("trial 2 (2/10) " + "x" * 200)
