@@ -90,6 +90,11 @@ def optimize(
     spec = load(study)  # first: bad input is refused before the heavy imports
     from sweeper.measure.prompts import study_prompts  # refused here, not after a start
     study_prompts(spec.path, spec.benchmark.prompts, spec.benchmark.input_tokens)
+    from sweeper.study.decode_log import decode_log_warning  # said before any start
+
+    short = decode_log_warning(spec.benchmark.max_tokens, spec.server.args)
+    if short:
+        err.print(f"warning: {spec.path}: {short}", markup=False, soft_wrap=True)
     if spec.objective.multi and sampler == "model":
         raise InputError(f"{spec.path}: objective: pareto has two objectives; --sampler model "
                          "predicts one: use tpe or random")

@@ -21,6 +21,7 @@ def validate(study: StudyOpt) -> None:
     machine: its flags are checked against the launcher's --help)."""
     from sweeper.measure.prompts import coverage_note, study_prompts
     from sweeper.search.space import SearchSpace
+    from sweeper.study.decode_log import decode_log_warning
 
     spec = load(study)
     space = SearchSpace(spec)
@@ -52,6 +53,9 @@ def validate(study: StudyOpt) -> None:
         coverage = coverage_note(prompts, b.runs, level)
         if coverage:
             err.print(f"warning: {coverage}", markup=False)
+    short = decode_log_warning(b.max_tokens, spec.server.args)
+    if short:
+        err.print(f"warning: {spec.path}: {short}", markup=False, soft_wrap=True)
     out.print(f"  {_plan_text(spec, space)}", markup=False)
 
 
