@@ -62,8 +62,10 @@ def _tail_lines(text: str, n: int = 40) -> str:
 class ServerManager:
     """Runs one SGLang server at a time on one host."""
 
-    def __init__(self, host: Host, workdir: str, python: str, marker: str | None = None) -> None:
+    def __init__(self, host: Host, workdir: str, python: str, marker: str | None = None,
+                 log_keep: int = 0) -> None:
         self.host = host
+        self.log_keep = log_keep  # bytes of each end of a start's log kept (logcap.py)
         self._workdir_spec = workdir
         self._workdir: str | None = None  # created on the first start, not before
         self.python = python
@@ -91,7 +93,8 @@ class ServerManager:
         if self.marker is not None:
             env[MARKER] = f"{self.marker}:{name}"
         pgid = self.host.start_detached(config.argv(self.python), env=env,
-                                        cwd=self.workdir, log_path=log_path, exit_path=exit_path)
+                                        cwd=self.workdir, log_path=log_path, exit_path=exit_path,
+                                        log_keep=self.log_keep)
         return ServerHandle(self.host.name, pgid, config.port, config.bind_host, log_path,
                             exit_path, config.config_id(), time.time())
 

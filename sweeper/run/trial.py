@@ -28,6 +28,7 @@ from sweeper.measure import BenchmarkError, BenchResult, BenchSpec
 from sweeper.measure.levels import run_levels
 from sweeper.measure.logs import DecodeSummary, parse_decode_lines, summarize_decode
 from sweeper.remote import Host
+from sweeper.remote.logcap import cap_text, keep_bytes
 from sweeper.remote.server import ServerHandle, ServerManager
 from sweeper.run.killpoint import killpoint
 from sweeper.run.progress import NullReporter, Reporter
@@ -77,7 +78,7 @@ class TrialRunner:
         self.server = server
         self.host_spec = host_spec
         self.manager = ServerManager(host, workdir or host_spec.workdir or "~/.sweeper", python,
-                                     marker)
+                                     marker, keep_bytes(server.log_keep_mb))
         self.report: Reporter = reporter or NullReporter()
         self.current: ServerHandle | None = None
 
@@ -188,8 +189,14 @@ class TrialRunner:
         return handle
 
     def log_text(self, handle: ServerHandle) -> str | None:
-        """The server's log (its last 4 MiB), for the trial's artifacts."""
-        return self.host.read_file(handle.log_path, LOG_ARTIFACT_BYTES)
+        """The server's log for the trial's artifacts: its head and its tail, capped as
+        on the host (logcap.py); uncapped (``log_keep_mb: 0``), its last 4 MiB."""
+        keep = self.manager.log_keep
+        if keep <= 0:
+            return self.host.read_file(handle.log_path, LOG_ARTIFACT_BYTES)
+        # the host holds at most the head, the cut line and twice the tail
+        text = self.host.read_file(handle.log_path, 3 * keep + 4096)
+        return None if text is None else cap_text(text, keep)
 
     def log_tail(self, handle: ServerHandle) -> str:
         return self.manager.log_tail(handle)
