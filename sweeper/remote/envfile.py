@@ -49,7 +49,8 @@ sweeper_cap() {
     cut=$((cut + size - head - mark - keep))
     { head -c "$head" -- "$log"
       awk -v n="$cut" 'BEGIN { printf "\n[sweeper: %.1f MB cut here]\n", n / 1e6 }'
-      tail -c "$keep" -- "$log"; } > "$log.cut" && mv -f -- "$log.cut" "$log" || { cat > /dev/null; return; }
+      tail -c "$keep" -- "$log"; } > "$log.cut" && mv -f -- "$log.cut" "$log" ||
+      { cat > /dev/null; return; }
     mark=$(( $(wc -c < "$log") - head - keep ))
   done
 }

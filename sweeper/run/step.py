@@ -20,8 +20,8 @@ from sweeper.measure.stats import summarize
 from sweeper.results import attrs as A
 from sweeper.results.headline import Headline, mark_best
 from sweeper.run.decide import Action, Decision, Outcome, Proposal, advance, decide
-from sweeper.run.interrupted import kept_line, kept_runs
 from sweeper.run.failed import configuration_failed, infrastructure_failed
+from sweeper.run.interrupted import kept_line, kept_runs
 from sweeper.run.longer import more_runs
 from sweeper.run.norestart import answer_repeat, measured, skip_known_failure
 from sweeper.run.reconcile import requeue

@@ -26,8 +26,8 @@ from sweeper.errors import (
 from sweeper.launch import LaunchConfig
 from sweeper.measure import BenchmarkError, BenchResult, BenchSpec
 from sweeper.measure.levels import run_levels
-from sweeper.measure.runs import RunResult
 from sweeper.measure.logs import DecodeSummary, parse_decode_lines, summarize_decode
+from sweeper.measure.runs import RunResult
 from sweeper.remote import Host
 from sweeper.remote.logcap import cap_text, keep_bytes
 from sweeper.remote.server import ServerHandle, ServerManager
