@@ -27,6 +27,7 @@ from sweeper.measure.logs import INFRASTRUCTURE_KINDS, Classified, classify_fail
 from sweeper.remote.container import NOT_STARTED_NOTE, OOM_NOTE
 from sweeper.remote.host import Host
 from sweeper.remote.owner import stranger_on_port
+from sweeper.remote.secretflags import secret_launch
 from sweeper.remote.workdir import MARKER, check_run_dir, next_start
 
 POLL_SECONDS = 0.2
@@ -89,10 +90,12 @@ class ServerManager:
         name = next_start(self.host, self.workdir, tag)
         log_path = f"{self.workdir}/{name}.log"
         exit_path = f"{self.workdir}/{name}.exit"
-        env = dict(config.env)
+        # secret flags reach SGLang through a FIFO --config, never its argv (secretflags.py)
+        argv, private = secret_launch(config, self.python)
+        env = {**config.env, **private}
         if self.marker is not None:
             env[MARKER] = f"{self.marker}:{name}"
-        pgid = self.host.start_detached(config.argv(self.python), env=env,
+        pgid = self.host.start_detached(argv, env=env,
                                         cwd=self.workdir, log_path=log_path, exit_path=exit_path,
                                         log_keep=self.log_keep)
         return ServerHandle(self.host.name, pgid, config.port, config.bind_host, log_path,

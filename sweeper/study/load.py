@@ -386,6 +386,14 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
             fail(path, f"server.secrets[{i}]", f"{show(marked)} is neither in server.env nor "
                  "in server.args", "list the name of a variable or flag the study sets")
     mark_secret(server.secrets)  # before anything is shown: hidden in errors from here on
+    secret_flags = [k for k, v in server.args.items()
+                    if is_secret_flag(k) and v not in (None, True, False, "")]
+    if "config" in server.args and secret_flags:
+        # SGLang takes one --config; sweeper's own carries the secret flags off the command
+        # line (remote/secretflags.py)
+        fail(path, "server.args.config", f"cannot be combined with the secret flag "
+             f"{secret_flags[0]}: sweeper passes secret flags through its own --config",
+             "write the file's flags in server.args instead")
     for flag, value in server.args.items():
         _check_flag_name(path, f"server.args.{flag}", flag)
         _check_arg_value(path, f"server.args.{flag}", value)
