@@ -324,6 +324,27 @@ def _check_arg_value(path: Path, key: str, value: Any) -> None:
 
 
 
+def _check_artifacts(path: Path, value: str) -> str:
+    """``artifacts:``: an s3:// URL (boto3 installed), or a folder, relative to the study
+    file (so every machine and working folder reading the file finds the same one)."""
+    if not value.strip():
+        fail(path, "artifacts", "empty", "write a folder every machine reaches, or remove it")
+    if value.startswith("s3://"):
+        if not value[len("s3://"):].split("/", 1)[0]:
+            fail(path, "artifacts", f"{show(value)} names no bucket", "write s3://BUCKET/PREFIX")
+        try:
+            import boto3  # noqa: F401 - Optuna's Boto3ArtifactStore needs it
+        except ImportError:
+            fail(path, "artifacts", "an s3:// artifact store needs boto3",
+                 "pip install boto3, or write a shared folder")
+        return value
+    if "://" in value:
+        fail(path, "artifacts", f"{show(value)} is neither a folder nor an s3:// URL",
+             "write a folder every machine sharing the storage reaches")
+    folder = Path(value).expanduser()
+    return str(folder if folder.is_absolute() else (path.parent / folder).resolve())
+
+
 def _build(raw: StudyFile, path: Path) -> StudySpec:
     name = raw.name if raw.name is not None else path.stem
     if not _NAME_RE.match(name):
@@ -332,6 +353,7 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
               "use letters, digits, '.', '_' and '-'")
     storage = _check_storage(path, raw.storage) if raw.storage is not None \
         else _default_storage(path, name)
+    artifacts = _check_artifacts(path, raw.artifacts) if raw.artifacts is not None else None
 
     hosts: list[HostSpec] = []
     seen_hosts: set[str] = set()
@@ -440,7 +462,7 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
     spec = StudySpec(name=name, path=path, storage=storage, hosts=hosts, server=server,
                      baseline=raw.baseline, space=space, start_from=[],
                      benchmark=raw.benchmark, sweep=raw.sweep, rules=rules,
-                     objective=objective)
+                     objective=objective, artifacts=artifacts)
     start_from = [check_config(spec, entry, f"start_from[{i}]")
                   for i, entry in enumerate(raw.start_from)]
     return StudySpec(**{**spec.__dict__, "start_from": start_from})

@@ -228,6 +228,10 @@ class StudyFile(_Model):
 
     name: str | None = None
     storage: str | None = None
+    # where the trials' artifacts go: a folder every machine sharing the storage reaches
+    # (relative: to the study file), or s3://bucket/prefix (boto3); unset, beside a
+    # storage file, or ./studies/ for a database server (results/storage.artifact_dir)
+    artifacts: str | None = None
     hosts: list[HostSpec] = Field(min_length=1)
     server: ServerSpec = Field(default_factory=ServerSpec)
     baseline: bool = True
