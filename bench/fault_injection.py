@@ -14,6 +14,7 @@ at a different moment:
   * one configuration whose server answers HTTP 500 to every request -> server_error
   * kill -9 between a trial's `ask` and its owner write               -> closed, not counted
   * SIGHUP (the terminal closed) mid-trial                            -> recorded, requeued
+  * Ctrl-C (SIGINT) mid-trial                    -> its completed runs kept, requeued, exit 130
   * a second study file (same name and storage, another port) with
     `--fresh --yes` while the sweep runs                              -> refused, exit 2
   * the run folder on the host made unwritable mid-sweep (chattr +i)  -> host fault, retried
@@ -21,9 +22,11 @@ at a different moment:
     replay of the kept measurement half-failing the same way          -> kept, then written
   * a server that reports 10 x max_tokens (a loopback HTTP server)    -> benchmark error
 The kills at exact moments use SWEEPER_KILLPOINT (sweeper/run/killpoint.py, test-only).
-The server's environment holds two secrets (HF_TOKEN, and one marked in `server.secrets`);
-every file written on both sides and every process's command line during the trials are
-searched for their values.
+The server's environment holds two secrets (HF_TOKEN, and one marked in `server.secrets`),
+its flags a third (`api-key`); every file written on both sides (a host log, 0600, may hold
+the key the server printed) and every process's command line during the trials are
+searched for their values. Every server start prints 2 MB of filler (`--sim-chatty`): each
+start's log must stay within `server.log_keep_mb` (0.25 MB) of each end plus its cut line.
 
 At the end: finished trials (against the target), servers left (found by the port, by the
 study's marker in every process's environment, and by the recorded process groups, not
@@ -73,6 +76,8 @@ TRIALS = 20
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 # made-up secrets: one the name rule catches, one only its mark in the study file does
 SECRETS = {"HF_TOKEN": "hf_faults_" + "q7" * 10, "HUB_AUTH_VALUE": "hub_" + "x9" * 10}
+API_KEY = "sk_faults_" + "k3" * 10  # the server's --api-key: never on a command line
+KEEP_MB, CHATTY_MB = 0.25, 2
 REFUSE = ("CREATE TRIGGER refuse BEFORE INSERT ON trial_values "
           "BEGIN SELECT RAISE(ABORT, 'refused by fault injection'); END")
 # the configuration whose server answers 500 to every generation request
@@ -98,12 +103,14 @@ def study_file(tmp: Path, port: int, name: str = "faults.yaml",
         "storage": f"sqlite:///{tmp / 'faults.db'}",
         "hosts": [{"ssh": "gpu-test", "python": sys.executable, "workdir": str(tmp / workdir)}],
         "server": {"launcher": f"{{python}} -m sweeper.sim --sim-profile {profile_with_500(tmp)}"
-                               " --sim-seed 11 --sim-startup-seconds 0.3",
+                               " --sim-seed 11 --sim-startup-seconds 0.3"
+                               f" --sim-chatty {CHATTY_MB}", "log_keep_mb": KEEP_MB,
                    "port": port, "startup_timeout": "60s", "hang_timeout": "10s",
                    "stop_grace": "5s", "env": dict(SECRETS), "secrets": ["HUB_AUTH_VALUE"],
                    "args": {"model-path": "sim/demo-model", "tp-size": 4,
                             "speculative-algorithm": "EAGLE3",
-                            "speculative-draft-model-path": "sim/demo-eagle3"}},
+                            "speculative-draft-model-path": "sim/demo-eagle3",
+                            "api-key": API_KEY}},
         "space": {"speculative-num-steps": {"int": [1, 6]},
                   "speculative-eagle-topk": {"choices": [1, 2, 4]},
                   "speculative-num-draft-tokens": {"int": [2, 16]},
@@ -211,7 +218,8 @@ class Campaign:
         for f in Path("/proc").glob("[0-9]*/cmdline"):
             with contextlib.suppress(OSError):
                 data = f.read_bytes()
-                self.cmdline_hits += sum(v.encode() in data for v in SECRETS.values())
+                self.cmdline_hits += sum(v.encode() in data
+                                         for v in [*SECRETS.values(), API_KEY])
 
     def inject(self, kind: str, t: optuna.trial.FrozenTrial, proc: subprocess.Popen[str]
                ) -> None:
@@ -223,6 +231,17 @@ class Campaign:
             os.kill(proc.pid, signal.SIGHUP)
             code = proc.wait(timeout=120)
             self.events.append(f"SIGHUP at trial {t.number}: exit {code}")
+            self.injected += code == 130
+            return
+        elif kind == "sigint":
+            os.kill(proc.pid, signal.SIGINT)
+            code = proc.wait(timeout=120)
+            after = next(x for x in self.study().get_trials() if x.number == t.number)
+            kept = after.user_attrs.get("interrupted_runs") or {}
+            n = sum(len(v) for v in kept.values())
+            self.events.append(f"Ctrl-C at trial {t.number}: exit {code}, {n} completed "
+                               f"run(s) kept, {after.state.name.lower()} "
+                               f"{after.user_attrs.get('failure')}")
             self.injected += code == 130
             return
         elif kind == "fresh":
@@ -325,7 +344,18 @@ def secrets_in_files(tmp: Path) -> list[str]:
         with contextlib.suppress(OSError):
             data = path.read_bytes()
             found += [str(path) for v in SECRETS.values() if v.encode() in data]
+            private = path.suffix == ".log" and path.stat().st_mode & 0o077 == 0
+            found += [str(path)] if API_KEY.encode() in data and not private else []
     return found
+
+
+def logs_over_cap(tmp: Path) -> tuple[int, int, int]:
+    """(host logs over the cap, host logs, logs that say how much was cut)."""
+    keep = int(KEEP_MB * 1_000_000)
+    logs = list((tmp / "remote").rglob("*.log")) + list((tmp / "remote-b").rglob("*.log"))
+    over = sum(p.stat().st_size > 3 * keep + 200 for p in logs)
+    cut = sum(b"MB cut here]" in p.read_bytes() for p in logs)
+    return over, len(logs), cut
 
 
 def main() -> int:
@@ -338,6 +368,7 @@ def main() -> int:
         c.run("started:2", [])
         c.run("asked:2", [])  # killed between a trial's ask and its owner write
         c.run(None, [("sighup", 0)])
+        c.run(None, [("sigint", 0)])
         if root:
             try:
                 code = c.run(None, [("unwritable", 0)])
@@ -391,6 +422,7 @@ def main() -> int:
     pending_left = list(tmp.glob(".faults.db.pending/*/trial-*.json")) + \
         list((tmp / "state").rglob("trial-*.json"))
     leaked = secrets_in_files(tmp)
+    over, n_logs, n_cut = logs_over_cap(tmp)
     lied, asked = lying_server()
     print("sweeper fault injection (simulated SGLang server over a real loopback sshd)")
     for event in c.events:
@@ -414,6 +446,8 @@ def main() -> int:
           f"command lines in {c.cmdline_scans} scans of every process during trials: "
           f"{c.cmdline_hits})")
     print(f"lying server: {lied} of {asked} requests taken as tok/s")
+    print(f"server logs over the cap {over} (of {n_logs} starts' logs, {n_cut} saying how "
+          f"much was cut; {CHATTY_MB} MB printed per start, {KEEP_MB} MB kept per end)")
     print("failures: " + ", ".join(f"#{t.number} {t.state.name.lower()} "
                                    f"{t.user_attrs.get('failure')}" for t in trials
                                    if t.user_attrs.get("failure")))
@@ -423,7 +457,7 @@ def main() -> int:
             os.killpg(p, signal.SIGKILL)
     shutil.rmtree(tmp, ignore_errors=True)
     ok = (len(finished) == TRIALS and not left and not busy and not lost and final == 0
-          and errors and c.injected == 13 + 2 * root
+          and errors and c.injected == 14 + 2 * root and not over
           and study.user_attrs.get("sweeper:confirmed") and not wrongly and not leaked
           and not c.cmdline_hits and not lied and replayed and not pending_left)
     return 0 if ok else 1

@@ -143,3 +143,18 @@ class BenchmarkError(SweeperError):
     def __init__(self, message: str, result: Any) -> None:
         super().__init__(message)
         self.result = result
+
+
+class BenchmarkInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM/SIGHUP, which take its path) during a benchmark, carrying the
+    measured runs it completed: ``levels`` maps a concurrency level to the per-request tok/s
+    of its counted runs, so the trial's record keeps them. A KeyboardInterrupt: every
+    clean-up written for Ctrl-C runs unchanged."""
+
+    def __init__(self, levels: dict[int, list[float]]) -> None:
+        super().__init__()
+        self.levels = levels
+
+    @property
+    def runs(self) -> int:
+        return sum(len(v) for v in self.levels.values())

@@ -72,3 +72,39 @@ def test_ctrl_c_releases_the_lock_and_says_the_sweeper_ended(make_study, tmp_pat
     assert not list(locks.glob("*.lock")), "no lock file left behind"
     live = {k: v for k, v in load(db).user_attrs.items() if k.startswith("sweeper:live:")}
     assert live and all(v is None for v in live.values()), live
+
+
+def _rounds_begun(t: object) -> int:
+    """The benchmark rounds the trial's server has begun: one cache flush per round."""
+    log = Path(t.user_attrs["server"]["log_path"])  # type: ignore[attr-defined]
+    return log.read_text(errors="replace").count("Cache flushed successfully!")
+
+
+def test_ctrl_c_mid_trial_keeps_its_completed_runs(make_study, tmp_path: Path
+                                                   ) -> None:  # noqa: ANN001
+    # 1 warm-up + 5 runs: the Ctrl-C lands once the warm-up and two measured runs are done
+    study_file = make_study(benchmark={"max_tokens": 300, "runs": 5, "warmup": 1})
+    db = tmp_path / "t.db"
+    proc = start_sweep(study_file, 3)
+    try:
+        victim = wait_for(lambda: (t := mid_benchmark(db, proc)) is not None
+                          and _rounds_begun(t) >= 4 and t, 90, "two measured runs done")
+        os.kill(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, out + err
+    study = load(db)
+    t = next(t for t in study.get_trials() if t.number == victim.number)
+    assert t.state == TrialState.FAIL and t.user_attrs["failure"] == "interrupted"
+    kept = t.user_attrs.get("interrupted_runs")
+    assert kept, f"the completed runs were thrown away\n{out}\n{err}"
+    runs = [v for level in kept.values() for v in level]
+    assert 2 <= len(runs) < 5 and all(v > 0 for v in runs), kept
+    retry = [w for w in study.get_trials(states=(TrialState.WAITING,))
+             if w.user_attrs.get("retry_of") == victim.number]
+    assert len(retry) == 1 and retry[0].user_attrs["interrupted_runs"] == kept
+    assert f"kept its {len(runs)} completed measured run(s)" in out, out
+    assert not group_alive(victim.user_attrs["server"]["pgid"]), "the server was stopped"
+    assert not study.get_trials(states=(TrialState.RUNNING,))

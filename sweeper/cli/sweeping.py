@@ -23,6 +23,7 @@ from sweeper.cli.common import (
 )
 from sweeper.errors import InputError
 from sweeper.results import attrs as A
+from sweeper.results.storage import shared_without_store
 from sweeper.search.sampler import SAMPLERS
 from sweeper.study.base import public_url
 
@@ -129,6 +130,9 @@ def optimize(
     pool.study.set_user_attr(A.EXPORT, export)  # the dashboard note's hint
     if pool.summary.simulated:
         out.print(simulated_note())
+    note = shared_without_store(pool.storage_url, spec.artifacts)
+    if note is not None:  # once per run, not per host
+        out.print(note, markup=False, soft_wrap=True)
     where = "server on" if len(pool.live) == 1 else f"{len(pool.live)} servers on"
     port_note = f", {choice.note}" if choice.note else ""
     out.print(f"Study {spec.name!r} in {public_url(pool.storage_url)}, {where} "

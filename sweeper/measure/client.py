@@ -41,7 +41,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from sweeper.errors import BenchmarkTransportError, ServerErrorResponse
+from sweeper.errors import BenchmarkInterrupted, BenchmarkTransportError, ServerErrorResponse
 from sweeper.measure.accept import acceptance_per_position, window_accept_length
 from sweeper.measure.prompts import PromptSet, load_prompts, render_plain
 from sweeper.measure.runs import (
@@ -308,6 +308,7 @@ def run_benchmark(
     api_key: str | None = None,
     more: Callable[[list[float]], int] | None = None,
     first_round: int = 0,
+    on_run: Callable[[RunResult], None] | None = None,
 ) -> BenchResult:
     """Benchmark the server at ``base_url``: warm-up, measured runs, statistics.
 
@@ -329,6 +330,9 @@ def run_benchmark(
     before (measure/prompts.next_round), so a replicate or confirm visit continues where
     the previous batch stopped; 0 for a configuration's first benchmark. Warm-up run w sends
     the prompts of measured run w (the cache is flushed in between).
+
+    ``on_run``: called with every measured run once it is done (a Ctrl-C handled in another
+    thread keeps them: run/worker.py).
     """
     prompt_set = prompts or load_prompts(spec.prompts, spec.input_tokens)
     progress = on_progress or (lambda _msg: None)
@@ -373,6 +377,8 @@ def run_benchmark(
             if per_round is not None and not warmup:
                 per_round.append((runner.server_accept_length(),
                                   sum(r.completion_tokens for r in run.requests)))
+            if on_run is not None and not warmup:
+                on_run(run)
             return run
 
         for w in range(spec.warmup):
@@ -380,19 +386,25 @@ def run_benchmark(
             progress(_fmt_run(warm[-1], f"warm-up {w + 1}/{spec.warmup}"))
         a_before = runner.server_accept_length() if spec.warmup else a_start
         runs: list[RunResult] = []
-        for i in range(spec.runs):
-            runs.append(one_round(i, warmup=False))
-            progress(_fmt_run(runs[-1], f"run {i + 1}/{spec.runs}"))
-        cap = spec.max_runs or 0
-        ask = more if spec.extends else None
-        while ask is not None and len(runs) < cap:
-            extra = min(ask([r.per_request_tok_s for r in runs if r.counted]), cap - len(runs))
-            if extra <= 0:
-                break
-            for _ in range(extra):
-                runs.append(one_round(len(runs), warmup=False))
-                progress(_fmt_run(runs[-1], f"run {len(runs)} (close to the best: measured "
-                                            f"longer, at most {cap})"))
+        try:
+            for i in range(spec.runs):
+                runs.append(one_round(i, warmup=False))
+                progress(_fmt_run(runs[-1], f"run {i + 1}/{spec.runs}"))
+            cap = spec.max_runs or 0
+            ask = more if spec.extends else None
+            while ask is not None and len(runs) < cap:
+                extra = min(ask([r.per_request_tok_s for r in runs if r.counted]),
+                            cap - len(runs))
+                if extra <= 0:
+                    break
+                for _ in range(extra):
+                    runs.append(one_round(len(runs), warmup=False))
+                    progress(_fmt_run(runs[-1], f"run {len(runs)} (close to the best: "
+                                                f"measured longer, at most {cap})"))
+        except KeyboardInterrupt as exc:
+            # the runs already measured are not thrown away with the interrupted one
+            raise BenchmarkInterrupted(
+                {streams: [r.per_request_tok_s for r in runs if r.counted]}) from exc
         a_after = runner.server_accept_length()
 
     def tokens(rs: list[RunResult]) -> int:

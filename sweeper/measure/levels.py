@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from sweeper.errors import BenchmarkInterrupted
 from sweeper.measure.client import run_benchmark
 from sweeper.measure.prompts import PromptSet
 from sweeper.measure.runs import BenchResult
@@ -35,8 +36,13 @@ def run_levels(base_url: str, spec: BenchSpec, *,
         def tagged(msg: str, tag: str = tag) -> None:
             progress(f"{tag}{msg}")
 
-        out[level] = run_benchmark(base_url, spec.at_level(level), on_progress=tagged,
-                                   check_server=check_server, prompts=prompts, **kwargs)
+        try:
+            out[level] = run_benchmark(base_url, spec.at_level(level), on_progress=tagged,
+                                       check_server=check_server, prompts=prompts, **kwargs)
+        except KeyboardInterrupt as exc:  # the levels already measured are kept too
+            done = {c: [r.per_request_tok_s for r in b.runs if r.counted]
+                    for c, b in out.items()}
+            raise BenchmarkInterrupted({**done, **getattr(exc, "levels", {})}) from exc
     return out
 
 

@@ -128,7 +128,7 @@ class ContainerHost(Host):
 
     # --- the server's container ---------------------------------------------------------
     def start_detached(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str,
-                       log_path: str, exit_path: str) -> int:
+                       log_path: str, exit_path: str, log_keep: int = 0) -> int:
         marker = env.get(MARKER, "")
         name = container_name(marker)
         key = marker.split("@", 1)[0] if marker else ""
@@ -142,7 +142,8 @@ class ContainerHost(Host):
         wrapper = ["bash", "-c", WRAPPER, "sweeper-container", name, env_file,
                    str(len(self.runtime)), *self.runtime, str(len(names)), *names, *options]
         return self.inner.start_detached(wrapper, env=env, cwd=cwd, log_path=log_path,
-                                         exit_path=exit_path)
+                                         exit_path=exit_path,
+                                         log_keep=log_keep)
 
     def group_alive(self, pgid: int) -> bool:
         # the wrapper lives as long as its container (docker wait); a container whose

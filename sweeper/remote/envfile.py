@@ -22,18 +22,55 @@ from sweeper.errors import InputError
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # Runs argv with the environment read from a private file, then records the exit code.
-# Usage: bash -c DETACH_WRAPPER sweeper-wrap EXIT_PATH ENV_FILE ARGV...  (ENV_FILE "": none)
-# An env file that cannot be read is the wrapper's failure (exit 125, said in the log),
-# never a server started without its environment.
-DETACH_WRAPPER = (
-    'exit_path="$1"; env_file="$2"; shift 2; '
-    'if [ -n "$env_file" ]; then '
-    'if [ ! -r "$env_file" ]; then echo "sweeper: cannot read the environment file '
-    '$env_file" >&2; echo 125 > "$exit_path"; exit 125; fi; '
-    'while IFS= read -r -d "" kv; do export "$kv"; done < "$env_file"; '
-    'rm -f -- "$env_file"; fi; '
-    '"$@"; echo $? > "$exit_path"'
-)
+# Usage: bash -c DETACH_WRAPPER sweeper-wrap EXIT_PATH ENV_FILE LOG_PATH KEEP ARGV...
+# (ENV_FILE "": none). An env file that cannot be read is the wrapper's failure (exit 125,
+# said in the log), never a server started without its environment.
+#
+# KEEP > 0 caps the log (logcap.py): argv's output goes through a pipe to `sweeper_cap`,
+# which appends its first KEEP bytes to LOG_PATH, then keeps at most the last 2*KEEP; each
+# time the rest outgrows that, the file is rewritten as the head, one line saying how much
+# was cut, and the last KEEP bytes. `head -c` under `stdbuf -o0` writes every read at once, so
+# the log stays live for the hang watchdog and the decode lines. The capper ignores TERM: a
+# stopped server's last lines (its shutdown, a traceback) still reach the log; it ends at
+# the pipe's end of file, when the server's whole tree has closed its output.
+DETACH_WRAPPER = r'''
+sweeper_cap() {
+  local log=$1 keep=$2 head=0 cut=0 mark=0 size before
+  local ub=""  # head -c reads no byte past its count; unbuffered, it writes each read at once
+  command -v stdbuf > /dev/null && ub="stdbuf -o0"
+  $ub head -c "$keep" >> "$log" || { cat > /dev/null; return; }
+  head=$(wc -c < "$log")
+  while :; do
+    before=$(wc -c < "$log")
+    $ub head -c "$keep" >> "$log" || { cat > /dev/null; return; }
+    size=$(wc -c < "$log")
+    [ $((size - before)) -lt "$keep" ] && break
+    [ $((size - head - mark)) -lt $((2 * keep)) ] && continue
+    cut=$((cut + size - head - mark - keep))
+    { head -c "$head" -- "$log"
+      awk -v n="$cut" 'BEGIN { printf "\n[sweeper: %.1f MB cut here]\n", n / 1e6 }'
+      tail -c "$keep" -- "$log"; } > "$log.cut" && mv -f -- "$log.cut" "$log" ||
+      { cat > /dev/null; return; }
+    mark=$(( $(wc -c < "$log") - head - keep ))
+  done
+}
+exit_path="$1"; env_file="$2"; log="$3"; keep="$4"; shift 4
+if [ -n "$env_file" ]; then
+  if [ ! -r "$env_file" ]; then
+    echo "sweeper: cannot read the environment file $env_file" >&2
+    echo 125 > "$exit_path"; exit 125
+  fi
+  while IFS= read -r -d "" kv; do export "$kv"; done < "$env_file"
+  rm -f -- "$env_file"
+fi
+if [ "$keep" -gt 0 ] 2>/dev/null; then
+  "$@" 2>&1 | ( trap "" TERM INT HUP; umask 077; sweeper_cap "$log" "$keep" )
+  code=${PIPESTATUS[0]}
+else
+  "$@"; code=$?
+fi
+echo "$code" > "$exit_path"
+'''
 
 
 def encode(env: Mapping[str, str]) -> bytes:

@@ -61,10 +61,11 @@ class Host(ABC):
 
     @abstractmethod
     def start_detached(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str,
-                       log_path: str, exit_path: str) -> int:
+                       log_path: str, exit_path: str, log_keep: int = 0) -> int:
         """Start argv in its own session, stdout+stderr to log_path; its exit code goes
         to exit_path when it ends. Returns the pid, which is also the process group id.
-        The process outlives this call (and, over SSH, the connection)."""
+        The process outlives this call (and, over SSH, the connection). ``log_keep`` > 0:
+        the log keeps argv's first and last ``log_keep`` bytes (envfile.DETACH_WRAPPER)."""
 
     @abstractmethod
     def group_alive(self, pgid: int) -> bool:

@@ -45,7 +45,7 @@ class LocalHost(Host):
                              err.decode(errors="replace"))
 
     def start_detached(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str,
-                       log_path: str, exit_path: str) -> int:
+                       log_path: str, exit_path: str, log_keep: int = 0) -> int:
         try:
             Path(log_path).parent.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(FileNotFoundError):
@@ -59,7 +59,8 @@ class LocalHost(Host):
         # the environment goes through Popen's env: on no command line (envfile.py)
         with os.fdopen(fd, "ab") as log:
             proc = subprocess.Popen(
-                ["bash", "-c", DETACH_WRAPPER, "sweeper-wrap", exit_path, "", *argv],
+                ["bash", "-c", DETACH_WRAPPER, "sweeper-wrap", exit_path, "", log_path,
+                 str(log_keep), *argv],
                 cwd=cwd, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )

@@ -27,6 +27,7 @@ from sweeper.measure.logs import INFRASTRUCTURE_KINDS, Classified, classify_fail
 from sweeper.remote.container import NOT_STARTED_NOTE, OOM_NOTE
 from sweeper.remote.host import Host
 from sweeper.remote.owner import stranger_on_port
+from sweeper.remote.secretflags import secret_launch
 from sweeper.remote.workdir import MARKER, check_run_dir, next_start
 
 POLL_SECONDS = 0.2
@@ -62,8 +63,10 @@ def _tail_lines(text: str, n: int = 40) -> str:
 class ServerManager:
     """Runs one SGLang server at a time on one host."""
 
-    def __init__(self, host: Host, workdir: str, python: str, marker: str | None = None) -> None:
+    def __init__(self, host: Host, workdir: str, python: str, marker: str | None = None,
+                 log_keep: int = 0) -> None:
         self.host = host
+        self.log_keep = log_keep  # bytes of each end of a start's log kept (logcap.py)
         self._workdir_spec = workdir
         self._workdir: str | None = None  # created on the first start, not before
         self.python = python
@@ -87,11 +90,14 @@ class ServerManager:
         name = next_start(self.host, self.workdir, tag)
         log_path = f"{self.workdir}/{name}.log"
         exit_path = f"{self.workdir}/{name}.exit"
-        env = dict(config.env)
+        # secret flags reach SGLang through a FIFO --config, never its argv (secretflags.py)
+        argv, private = secret_launch(config, self.python)
+        env = {**config.env, **private}
         if self.marker is not None:
             env[MARKER] = f"{self.marker}:{name}"
-        pgid = self.host.start_detached(config.argv(self.python), env=env,
-                                        cwd=self.workdir, log_path=log_path, exit_path=exit_path)
+        pgid = self.host.start_detached(argv, env=env,
+                                        cwd=self.workdir, log_path=log_path, exit_path=exit_path,
+                                        log_keep=self.log_keep)
         return ServerHandle(self.host.name, pgid, config.port, config.bind_host, log_path,
                             exit_path, config.config_id(), time.time())
 

@@ -62,13 +62,14 @@ class SlurmHost(Host):
         return ["--partition", self.spec.partition] if self.spec.partition else []
 
     def start_detached(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str,
-                       log_path: str, exit_path: str) -> int:
+                       log_path: str, exit_path: str, log_keep: int = 0) -> int:
         marker = env.get(MARKER, "")
         # the marker stays with srun (found on the login node); the step is found by name
         srun = [*self._place(), "--nodes=1", "--ntasks=1", "--export=ALL", "--unbuffered",
                 *self.spec.srun_args, "--", "env", "-u", MARKER, *argv]
         pgid = self.inner.start_detached(["bash", "-c", WRAPPER, marker, *srun], env=env,
-                                         cwd=cwd, log_path=log_path, exit_path=exit_path)
+                                         cwd=cwd, log_path=log_path, exit_path=exit_path,
+                                         log_keep=log_keep)
         try:
             self.node_addr = self._wait_running(pgid, exit_path)
         except BaseException:  # the queue timeout, Ctrl-C: no job left pending or running

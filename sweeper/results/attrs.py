@@ -17,6 +17,9 @@ HEARTBEAT = "heartbeat"  # time.time() of its owner's last beat (run/heartbeat.p
 SERVER = "server"  # ServerHandle.to_attrs(): enough to find and stop the server again
 ATTEMPT = "attempt"  # how many times an infrastructure fault re-queued these params
 RETRY_OF = "retry_of"  # the trial number this one repeats
+# Ctrl-C mid-benchmark: the measured runs the interrupted trial completed, per level
+# ({"<concurrency>": [per-request tok/s, ...]}), on it and on its queued retry
+INTERRUPTED_RUNS = "interrupted_runs"
 CONFIRM = "confirm"  # True on the confirm phase's fresh measurements
 REPLAYED_FROM = "replayed_from"  # measured in this trial, stored later (run/pending.py)
 REPLAY_ID = "replay_id"  # the kept record's id: a replay never writes it twice

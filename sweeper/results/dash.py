@@ -33,4 +33,4 @@ def serve(spec: StudySpec, storage_url: str, host: str, port: int, console: Cons
                   "(Ctrl-C stops it)")
     # the user's knobs as parameters, the winner as the best trial (results/knobview.py)
     run_server(KnobView(storage, spec.benchmark.aggregate), host=host, port=port,
-               artifact_store=artifact_store(storage_url, spec.name))
+               artifact_store=artifact_store(storage_url, spec.name, spec.artifacts))

@@ -10,6 +10,7 @@ from typing import Any
 
 import optuna
 from optuna.artifacts import FileSystemArtifactStore
+from optuna.artifacts._protocol import ArtifactStore
 from optuna.distributions import FloatDistribution, IntDistribution, distribution_to_json
 
 from sweeper.errors import InputError
@@ -88,16 +89,32 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
     return {"pool_pre_ping": True}
 
 
-def artifact_dir(url: str, study_name: str) -> Path:
-    """Where one study's trial artifacts (server logs, benchmark JSON) live: beside a SQLite
-    or journal file, in a folder of that file's own (``studies/demo.artifacts/demo/``), so
-    two storage files in one folder never share it; else ``studies/<study>-<hash>.artifacts``
-    keyed by the storage URL."""
+def artifact_dir(url: str, study_name: str, artifacts: str | None = None) -> Path:
+    """Where one study's trial artifacts (server logs, benchmark JSON) live. ``artifacts``
+    (the study file's ``artifacts:``, a folder every machine sharing the storage reaches):
+    a folder of this storage and study in it. Else beside a SQLite or journal file, in a
+    folder of that file's own (``studies/demo.artifacts/demo/``), so two storage files in
+    one folder never share it; else ``studies/<study>-<hash>.artifacts`` keyed by the
+    storage URL, under the current folder (``shared_without_store`` says so)."""
+    key = storage_key(url, study_name)
+    if artifacts is not None:
+        return Path(artifacts) / key
     for prefix in ("sqlite:///", "journal://"):
         if url.startswith(prefix):
             db = Path(url[len(prefix):])
             return db.parent / f"{db.stem}.artifacts" / study_name
-    return Path("studies") / f"{storage_key(url, study_name)}.artifacts"
+    return Path("studies") / f"{key}.artifacts"
+
+
+def shared_without_store(url: str, artifacts: str | None) -> str | None:
+    """The note for a storage other machines share (a database server) with no artifact
+    store configured: its artifacts land under this machine's current folder."""
+    if artifacts is not None or url.startswith(("sqlite:///", "journal://")):
+        return None
+    return (f"note: {public_url(url)} can be shared by several machines, but the trials' "
+            f"artifacts (server logs, benchmark JSON) go to ./studies/ on this one, where the "
+            "others' dashboards cannot read them; set `artifacts: /a/shared/folder` (or an "
+            "s3:// URL) in the study file")
 
 
 def report_dir(url: str, study_name: str) -> Path:
@@ -109,10 +126,34 @@ def report_dir(url: str, study_name: str) -> Path:
     return Path("studies") / f"{study_name}-report"
 
 
-def artifact_store(url: str, study_name: str) -> FileSystemArtifactStore:
-    path = artifact_dir(url, study_name)
+def artifact_store(url: str, study_name: str, artifacts: str | None = None) -> ArtifactStore:
+    """The study's artifact store: an S3 prefix through Optuna's Boto3ArtifactStore for an
+    ``s3://bucket/prefix`` ``artifacts:``, else a folder (artifact_dir)."""
+    if artifacts is not None and artifacts.startswith("s3://"):
+        from optuna.artifacts import Boto3ArtifactStore
+
+        bucket, _, prefix = artifacts[len("s3://"):].partition("/")
+        return _Prefixed(Boto3ArtifactStore(bucket),
+                         f"{prefix.rstrip('/')}/{storage_key(url, study_name)}".lstrip("/"))
+    path = artifact_dir(url, study_name, artifacts)
     path.mkdir(parents=True, exist_ok=True)
     return FileSystemArtifactStore(str(path))
+
+
+class _Prefixed:
+    """An artifact store whose ids live under ``prefix/`` (one S3 bucket, many studies)."""
+
+    def __init__(self, inner: Any, prefix: str) -> None:
+        self.inner, self.prefix = inner, prefix
+
+    def open_reader(self, artifact_id: str) -> Any:
+        return self.inner.open_reader(f"{self.prefix}/{artifact_id}")
+
+    def write(self, artifact_id: str, content_body: Any) -> None:
+        self.inner.write(f"{self.prefix}/{artifact_id}", content_body)
+
+    def remove(self, artifact_id: str) -> None:
+        self.inner.remove(f"{self.prefix}/{artifact_id}")
 
 
 def _short(dist: optuna.distributions.BaseDistribution) -> str:
@@ -175,14 +216,16 @@ def check_objective(study: optuna.Study, goal: Objective, study_file: str,
             "name, another --storage, or restore the old setting")
 
 
-def delete_study(url: str, name: str) -> None:
-    """Remove a study and its artifacts (``--fresh``): that study's, in that storage only."""
+def delete_study(url: str, name: str, artifacts: str | None = None) -> None:
+    """Remove a study and its artifacts (``--fresh``): that study's, in that storage only
+    (an S3 store keeps its objects: nothing there is found by folder)."""
     import shutil
 
     storage = open_storage(url)
     if existing_study(storage, name) is not None:
         optuna.delete_study(study_name=name, storage=storage)
-    shutil.rmtree(artifact_dir(url, name), ignore_errors=True)
+    if artifacts is None or not artifacts.startswith("s3://"):
+        shutil.rmtree(artifact_dir(url, name, artifacts), ignore_errors=True)
 
 
 def load_existing(url: str, name: str, study_file: str) -> optuna.Study:

@@ -58,11 +58,13 @@ def finished_count(study: optuna.Study) -> int:
     return sum(counts_as_finished(t) for t in study.get_trials(deepcopy=False))
 
 
-def requeue(study: optuna.Study, t: FrozenTrial | Trial, count_attempt: bool) -> int:
-    """Enqueue ``t``'s parameters again; returns the attempt number the retry will carry."""
+def requeue(study: optuna.Study, t: FrozenTrial | Trial, count_attempt: bool,
+            extra: dict[str, Any] | None = None) -> int:
+    """Enqueue ``t``'s parameters again (``extra``: more user attrs for the retry); returns
+    the attempt number the retry will carry."""
     attempt = int(t.user_attrs.get(A.ATTEMPT, 0)) + (1 if count_attempt else 0)
     attrs = {A.ROLE: t.user_attrs.get(A.ROLE, A.SAMPLER), A.ATTEMPT: attempt,
-             A.RETRY_OF: t.number}
+             A.RETRY_OF: t.number, **(extra or {})}
     # a queued trial killed right after ``ask`` has no params yet: Optuna keeps the queued
     # ones in ``fixed_params`` until they are suggested (else the retry would be a new one)
     fixed = t.system_attrs.get("fixed_params") if isinstance(t, FrozenTrial) else None

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.artifacts import FileSystemArtifactStore, upload_artifact
+from optuna.artifacts import upload_artifact
+from optuna.artifacts._protocol import ArtifactStore
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, Trial, TrialState
 
@@ -54,7 +55,7 @@ class Slot:
 
 class Recorder:
     def __init__(self, study: optuna.Study, storage: optuna.storages.BaseStorage,
-                 artifacts: FileSystemArtifactStore, scrub: Callable[[str], str],
+                 artifacts: ArtifactStore, scrub: Callable[[str], str],
                  storage_url: str = "", goal: Objective | None = None) -> None:
         self.study = study
         self.goal = goal or Objective("at", (1,), at=1)

@@ -204,7 +204,7 @@ class HostSession:
                 raise InputError(f"--fresh: not deleting the {n} trials of study "
                                  f"{self.spec.name!r} in {public_url(self.storage_url)}; add "
                                  "--yes to delete them, or drop --fresh to add to them")
-            delete_study(self.storage_url, self.spec.name)
+            delete_study(self.storage_url, self.spec.name, self.spec.artifacts)
             remove_run_dir(self.host, self.workdir)  # its servers' logs: nobody else's
             self.report.line(f"--fresh: deleted the {n} earlier trials of {self.spec.name!r}")
             storage = None
@@ -242,7 +242,8 @@ class HostSession:
 
     def _adopt(self, study: optuna.Study, storage: optuna.storages.BaseStorage) -> None:
         self.study = study
-        self.recorder = Recorder(study, storage, artifact_store(self.storage_url, self.spec.name),
+        self.recorder = Recorder(study, storage, artifact_store(self.storage_url, self.spec.name,
+                                                               self.spec.artifacts),
                                  self.secrets.scrub, storage_url=self.storage_url,
                                  goal=self.spec.objective)
         self.opened = True

@@ -27,7 +27,9 @@ from sweeper.launch import LaunchConfig
 from sweeper.measure import BenchmarkError, BenchResult, BenchSpec
 from sweeper.measure.levels import run_levels
 from sweeper.measure.logs import DecodeSummary, parse_decode_lines, summarize_decode
+from sweeper.measure.runs import RunResult
 from sweeper.remote import Host
+from sweeper.remote.logcap import cap_text, keep_bytes
 from sweeper.remote.server import ServerHandle, ServerManager
 from sweeper.run.killpoint import killpoint
 from sweeper.run.progress import NullReporter, Reporter
@@ -77,9 +79,12 @@ class TrialRunner:
         self.server = server
         self.host_spec = host_spec
         self.manager = ServerManager(host, workdir or host_spec.workdir or "~/.sweeper", python,
-                                     marker)
+                                     marker, keep_bytes(server.log_keep_mb))
         self.report: Reporter = reporter or NullReporter()
         self.current: ServerHandle | None = None
+        # the current measurement's completed runs, per level (per-request tok/s of the
+        # counted ones): what a Ctrl-C handled in another thread keeps (run/worker.py)
+        self.partial: dict[int, list[float]] = {}
 
     def measure(self, config: LaunchConfig, tag: str, bench: BenchSpec, *, label: str = "",
                 on_start: Callable[[ServerHandle], None] | None = None,
@@ -94,6 +99,7 @@ class TrialRunner:
         ``more``: how many runs past ``bench.runs``; ``first_round``: where in the prompt
         order its runs start (measure/client.run_benchmark)."""
         handle, startup_s, reused = self._serve(config, tag, label, on_start, phase)
+        self.partial = {}
         with self.reach(config) as base_url:
             if not reused:
                 startup_s = self.wait_healthy(handle, base_url, label)
@@ -108,7 +114,8 @@ class TrialRunner:
                 levels = run_levels(
                     base_url, bench, on_progress=progress,
                     check_server=lambda: self.manager.check_alive(handle),
-                    api_key=config.api_key, more=more, first_round=first_round)
+                    api_key=config.api_key, more=more, first_round=first_round,
+                    on_run=self._keep_run)
             except BenchmarkError as exc:
                 raise ConfigurationFailure("crash", f"benchmark unusable: {exc}",
                                            self.manager.log_tail(handle)) from exc
@@ -128,6 +135,10 @@ class TrialRunner:
         decode = summarize_decode(parse_decode_lines(window))
         main = levels[primary if primary in levels else min(levels)]
         return Measurement(config, handle, main, startup_s, decode, reused, levels)
+
+    def _keep_run(self, run: RunResult) -> None:
+        if run.counted:
+            self.partial.setdefault(len(run.requests), []).append(run.per_request_tok_s)
 
     def _serve(self, config: LaunchConfig, tag: str, label: str,
                on_start: Callable[[ServerHandle], None] | None, phase: str = ""
@@ -188,8 +199,14 @@ class TrialRunner:
         return handle
 
     def log_text(self, handle: ServerHandle) -> str | None:
-        """The server's log (its last 4 MiB), for the trial's artifacts."""
-        return self.host.read_file(handle.log_path, LOG_ARTIFACT_BYTES)
+        """The server's log for the trial's artifacts: its head and its tail, capped as
+        on the host (logcap.py); uncapped (``log_keep_mb: 0``), its last 4 MiB."""
+        keep = self.manager.log_keep
+        if keep <= 0:
+            return self.host.read_file(handle.log_path, LOG_ARTIFACT_BYTES)
+        # the host holds at most the head, the cut line and twice the tail
+        text = self.host.read_file(handle.log_path, 3 * keep + 4096)
+        return None if text is None else cap_text(text, keep)
 
     def log_tail(self, handle: ServerHandle) -> str:
         return self.manager.log_tail(handle)

@@ -27,6 +27,24 @@ from sweeper.sim.profiles import Profile, ProfileError, load_profile
 from sweeper.sim.server import AppState, SimHTTPServer
 
 
+def _chatter(megabytes: float) -> None:
+    """``--sim-chatty``: numbered filler lines, written straight to stdout in big blocks
+    (a debug-level server can print hundreds of MB in a start)."""
+    line = "[SIM chatty] DEBUG filler line {:09d} " + "." * 60 + "\n"
+    total, n, block = int(megabytes * 1_000_000), 0, []
+    written = 0
+    while written < total:
+        text = line.format(n)
+        block.append(text)
+        written += len(text)
+        n += 1
+        if len(block) == 4096:
+            sys.stdout.write("".join(block))
+            block = []
+    sys.stdout.write("".join(block))
+    sys.stdout.flush()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m sweeper.sim``; returns the exit code."""
     ns = parse_args(sys.argv[1:] if argv is None else argv)
@@ -45,6 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # deliberately verbatim, secrets included: tests prove the sweeper scrubs them
         value = os.environ.get(name)
         log.info(f"{name}={value}" if value is not None else f"{name} is not set")
+    if ns.sim_chatty > 0:
+        _chatter(ns.sim_chatty)
     try:
         cfg = model.resolve_config(profile, launch_args(ns), os.environ)
     except InvalidArgs as exc:

@@ -38,7 +38,7 @@ KV_CACHE_DTYPES = ("auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", 
 CUDA_GRAPH_BACKENDS = ("full", "breakable", "disabled")
 # flags that are the simulator's own, not SGLang's: kept out of /server_info's args
 SIM_FLAGS = ("sim_profile", "sim_seed", "sim_noise", "sim_startup_seconds", "sim_echo_env",
-             "sim_fault", "config", "deprecations")
+             "sim_fault", "sim_chatty", "config", "deprecations")
 
 
 class DeprecatedStoreTrueAction(argparse.Action):
@@ -162,6 +162,9 @@ def build_parser(build: Build | None = None) -> argparse.ArgumentParser:
     sim.add_argument("--sim-echo-env", action="append", default=[], metavar="NAME",
                      help="Log NAME=<value of that environment variable> at start-up "
                           "(repeatable): a secret for log-scrubbing tests.")
+    sim.add_argument("--sim-chatty", type=float, default=0.0, metavar="MB",
+                     help="Print MB megabytes of debug-level filler lines at start-up (a "
+                          "log-capping test: far more than a server log should keep).")
     sim.add_argument("--sim-fault", action="append", default=[], metavar="KIND[:N]",
                      help="Add a fault to this launch (repeatable): lossy[:EVERY] when "
                           "speculative; http_500, crash_serving[:REQUESTS] always.")

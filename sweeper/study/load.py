@@ -324,6 +324,27 @@ def _check_arg_value(path: Path, key: str, value: Any) -> None:
 
 
 
+def _check_artifacts(path: Path, value: str) -> str:
+    """``artifacts:``: an s3:// URL (boto3 installed), or a folder, relative to the study
+    file (so every machine and working folder reading the file finds the same one)."""
+    if not value.strip():
+        fail(path, "artifacts", "empty", "write a folder every machine reaches, or remove it")
+    if value.startswith("s3://"):
+        if not value[len("s3://"):].split("/", 1)[0]:
+            fail(path, "artifacts", f"{show(value)} names no bucket", "write s3://BUCKET/PREFIX")
+        try:
+            import boto3  # noqa: F401 - Optuna's Boto3ArtifactStore needs it
+        except ImportError:
+            fail(path, "artifacts", "an s3:// artifact store needs boto3",
+                 "pip install boto3, or write a shared folder")
+        return value
+    if "://" in value:
+        fail(path, "artifacts", f"{show(value)} is neither a folder nor an s3:// URL",
+             "write a folder every machine sharing the storage reaches")
+    folder = Path(value).expanduser()
+    return str(folder if folder.is_absolute() else (path.parent / folder).resolve())
+
+
 def _build(raw: StudyFile, path: Path) -> StudySpec:
     name = raw.name if raw.name is not None else path.stem
     if not _NAME_RE.match(name):
@@ -332,6 +353,7 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
               "use letters, digits, '.', '_' and '-'")
     storage = _check_storage(path, raw.storage) if raw.storage is not None \
         else _default_storage(path, name)
+    artifacts = _check_artifacts(path, raw.artifacts) if raw.artifacts is not None else None
 
     hosts: list[HostSpec] = []
     seen_hosts: set[str] = set()
@@ -386,6 +408,14 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
             fail(path, f"server.secrets[{i}]", f"{show(marked)} is neither in server.env nor "
                  "in server.args", "list the name of a variable or flag the study sets")
     mark_secret(server.secrets)  # before anything is shown: hidden in errors from here on
+    secret_flags = [k for k, v in server.args.items()
+                    if is_secret_flag(k) and v not in (None, True, False, "")]
+    if "config" in server.args and secret_flags:
+        # SGLang takes one --config; sweeper's own carries the secret flags off the command
+        # line (remote/secretflags.py)
+        fail(path, "server.args.config", f"cannot be combined with the secret flag "
+             f"{secret_flags[0]}: sweeper passes secret flags through its own --config",
+             "write the file's flags in server.args instead")
     for flag, value in server.args.items():
         _check_flag_name(path, f"server.args.{flag}", flag)
         _check_arg_value(path, f"server.args.{flag}", value)
@@ -432,7 +462,7 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
     spec = StudySpec(name=name, path=path, storage=storage, hosts=hosts, server=server,
                      baseline=raw.baseline, space=space, start_from=[],
                      benchmark=raw.benchmark, sweep=raw.sweep, rules=rules,
-                     objective=objective)
+                     objective=objective, artifacts=artifacts)
     start_from = [check_config(spec, entry, f"start_from[{i}]")
                   for i, entry in enumerate(raw.start_from)]
     return StudySpec(**{**spec.__dict__, "start_from": start_from})

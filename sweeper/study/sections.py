@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sweeper.errors import InputError
+from sweeper.remote.logcap import DEFAULT_KEEP_MB
 from sweeper.remote.target import SSHTarget, parse_target
 from sweeper.study.base import PLACEHOLDER_PATTERN, Duration
 from sweeper.study.container import ContainerSpec
@@ -95,6 +96,9 @@ class ServerSpec(_Model):
     env: dict[str, Any] = Field(default_factory=dict)  # str -> str after load_study
     # env variables or flags holding secrets whose names the rule (TOKEN, KEY, ...) misses
     secrets: list[str] = Field(default_factory=list)
+    # Each start's log on the host (and its stored artifact) keeps this many MB of its
+    # beginning and of its end, with one line saying how much was cut; 0 keeps it all.
+    log_keep_mb: float = Field(DEFAULT_KEEP_MB, ge=0)
 
 
 
@@ -224,6 +228,10 @@ class StudyFile(_Model):
 
     name: str | None = None
     storage: str | None = None
+    # where the trials' artifacts go: a folder every machine sharing the storage reaches
+    # (relative: to the study file), or s3://bucket/prefix (boto3); unset, beside a
+    # storage file, or ./studies/ for a database server (results/storage.artifact_dir)
+    artifacts: str | None = None
     hosts: list[HostSpec] = Field(min_length=1)
     server: ServerSpec = Field(default_factory=ServerSpec)
     baseline: bool = True

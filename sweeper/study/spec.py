@@ -29,6 +29,7 @@ class StudySpec:
     sweep: SweepSpec
     rules: SpeculativeRules = field(repr=False, default=SpeculativeRules(None, None, None))
     objective: Objective = field(default=Objective("at", (1,), at=1))
+    artifacts: str | None = None  # an absolute folder or s3://bucket/prefix (load.py)
 
     def fixed(self, name: str) -> Any:
         """A parameter's fixed value: server.args for flags, server.env for env.X."""

@@ -178,6 +178,7 @@ class SSHHost(Host):
         cwd: str,
         log_path: str,
         exit_path: str,
+        log_keep: int = 0,
     ) -> int:
         """setsid + nohup, output to log_path, exit code to exit_path; pid = pgid.
 
@@ -201,7 +202,8 @@ class SSHHost(Host):
             f"chmod 600 -- {remote_path(log_path)} && "
             f"cat > {remote_path(env_path)}) || exit 1; "
             f"cd -- {remote_path(cwd)} || exit 1; "
-            f"setsid nohup {wrapped} {remote_path(exit_path)} {remote_path(env_path)} {inner} "
+            f"setsid nohup {wrapped} {remote_path(exit_path)} {remote_path(env_path)} "
+            f"{remote_path(log_path)} {int(log_keep)} {inner} "
             f">>{remote_path(log_path)} 2>&1 </dev/null & echo $!"
         )
         result = self.run_shell(self._bounded(script, 30), timeout=40, stdin=data)
