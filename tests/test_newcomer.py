@@ -251,3 +251,78 @@ def test_validate_catches_a_typo_in_server_args_on_this_machine(make_study,
     assert not (tmp_path / "t.db").exists()
     ok = run_cli("validate", "--study", str(make_study()))
     assert ok.returncode == 0 and "every flag is in this machine's launcher --help" in ok.stdout
+
+
+def _confirm_outcome(lossy: bool = False):  # noqa: ANN202
+    """Four contenders that differ only in their NCCL settings, and the baseline."""
+    from sweeper.launch import LaunchConfig
+    from sweeper.measure.stats import speedup
+    from sweeper.results.verdict import ConfigResult
+    from sweeper.run.confirm import Candidate, ConfirmOutcome
+
+    common = {"speculative-num-steps": 3, "speculative-eagle-topk": 2,
+              "speculative-num-draft-tokens": 7, "speculative-draft-tp-size": 4,
+              "env.NCCL_MIN_NCHANNELS": 16}
+    variants = [{"env.NCCL_ALGO": "Tree", "env.NCCL_PROTO": "LL128"},
+                {"env.NCCL_ALGO": "Ring", "env.NCCL_PROTO": "LL128"},
+                {"env.NCCL_ALGO": "Tree", "env.NCCL_PROTO": "Simple"},
+                {"env.NCCL_ALGO": "Ring", "env.NCCL_PROTO": "Simple"}]
+    base = Candidate(ConfigResult("base", {}, A.BASELINE), LaunchConfig(), {}, {},
+                     runs=[330.0, 333.0, 336.0, 331.0])
+    cands = [Candidate(ConfigResult(f"c{i}", {**common, **v}, A.SAMPLER), LaunchConfig(), {},
+                       {}, runs=[520.0 - i + d for d in (-2.0, 1.0, 2.0, -1.0)])
+             for i, v in enumerate(variants)]
+    mism = {"c0": [1, 4, 7]} if lossy else {}
+    winner = cands[1] if lossy else cands[0]
+    return ConfirmOutcome([base, *cands], base, winner,
+                          {c.result.config_id: (speedup(c.runs, base.runs) if c is not base
+                                                else None) for c in [base, *cands]}, mism)
+
+
+def test_confirm_table_at_80_columns_keeps_what_tells_contenders_apart() -> None:
+    import io
+
+    from rich.console import Console
+
+    from sweeper.run.confirm import print_confirm
+
+    for lossy in (False, True):
+        buf = io.StringIO()
+        print_confirm(Console(file=buf, width=80, highlight=False, soft_wrap=True),
+                      _confirm_outcome(lossy))
+        text = buf.getvalue()
+        lines = text.splitlines()
+        assert max(len(line) for line in lines) <= 80, text
+        assert "…" not in text and "..." not in text, text  # nothing cut
+        rows = [line for line in lines if "ALGO=" in line]
+        for algo, proto in (("Tree", "LL128"), ("Ring", "LL128"), ("Tree", "Simple"),
+                            ("Ring", "Simple")):
+            assert any(f"ALGO={algo} PROTO={proto}" in row for row in rows), text
+        assert "every contender below has s3 k2 d7 tp4 MIN_NCHANNELS=16" in text, text
+        winner = next(row for row in rows if "winner" in row)
+        assert ("ALGO=Ring PROTO=LL128" if lossy else "ALGO=Tree PROTO=LL128") in winner
+        # each row its tok/s and its speedup, whole
+        assert re.search(r"ALGO=Tree PROTO=LL128.* 520±\d+ +\+56\.\d%", text), text
+        if lossy:
+            assert "differs on prompts" in text and "cannot win" in text
+
+
+def test_optimize_confirm_table_at_80_columns_piped(make_study, tmp_path: Path) -> None:
+    study_file = make_study(
+        start_from=[{"env.NCCL_ALGO": "Tree", "env.NCCL_PROTO": "LL128"},
+                    {"env.NCCL_ALGO": "Ring", "env.NCCL_PROTO": "LL128"}],
+        sweep={"seed": 3, "n_startup_trials": 2, "confirm_top": 2, "confirm_runs": 2})
+    data = yaml.safe_load(study_file.read_text())
+    data["space"] = {"env.NCCL_ALGO": {"choices": ["Ring", "Tree"]},  # replaced, not merged
+                     "env.NCCL_PROTO": {"choices": ["LL128", "Simple"]}}
+    data["server"]["args"].update({"speculative-num-steps": 3, "speculative-eagle-topk": 1})
+    study_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    proc = run_cli("optimize", "--study", str(study_file), "--trials", "3",
+                   env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    table = proc.stdout[proc.stdout.index("confirm phase (fresh"):]
+    table = table[:table.index("\n\n")] if "\n\n" in table else table
+    assert max(len(line) for line in table.splitlines()) <= 80, table
+    assert "…" not in table, table
+    rows = [line for line in table.splitlines() if "ALGO=" in line]
+    assert len(rows) >= 2 and len({r.split("ALGO=")[1].split()[0] for r in rows}) == 2, table

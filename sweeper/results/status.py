@@ -38,10 +38,15 @@ _STATE = {TrialState.COMPLETE: "[green]done[/]", TrialState.PRUNED: "[red]pruned
           TrialState.WAITING: "queued"}
 
 
-def shared_knobs(trials: list[FrozenTrial]) -> dict[str, Any]:
+def shared_knobs(rows: list[FrozenTrial] | list[dict[str, Any]]) -> dict[str, Any]:
     """The knobs (and values) that every speculative configuration shown has in common:
-    at 80 columns they are said once, so each row keeps what tells it apart."""
-    effs = [t.user_attrs[A.EFFECTIVE] for t in trials if t.user_attrs.get(A.EFFECTIVE)]
+    at 80 columns they are said once, so each row keeps what tells it apart. ``rows``: the
+    trials shown, or the effective configurations themselves (the confirm phase's)."""
+    effs: list[dict[str, Any]] = []
+    for r in rows:
+        eff = r if isinstance(r, dict) else r.user_attrs.get(A.EFFECTIVE)
+        if eff:
+            effs.append(eff)
     if len(effs) < 2:
         return {}
     first = effs[0]
