@@ -326,3 +326,57 @@ def test_optimize_confirm_table_at_80_columns_piped(make_study, tmp_path: Path) 
     assert "…" not in table, table
     rows = [line for line in table.splitlines() if "ALGO=" in line]
     assert len(rows) >= 2 and len({r.split("ALGO=")[1].split()[0] for r in rows}) == 2, table
+
+
+def test_a_typo_of_tp_size_is_named_not_what_a_rule_concludes_from_the_default(
+        make_study, tmp_path: Path) -> None:
+    """The demo's space searches attn-dp-size 1 or 4: with ``tp-sise`` in server.args the
+    divisibility rule sees SGLang's default tp-size 1; the user has to fix the typo."""
+    data = yaml.safe_load(make_study().read_text())
+    args = data["server"]["args"]
+    args["tp-sise"] = args.pop("tp-size")
+    data["space"]["attn-dp-size"] = {"choices": [1, 4]}
+    study = tmp_path / "typo.yaml"
+    study.write_text(yaml.safe_dump(data, sort_keys=False))
+    proc = run_cli("validate", "--study", str(study))
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "server.args.tp-sise: no SGLang flag --tp-sise (did you mean --tp-size?)" in lines[0]
+    assert "rename it tp-size" in lines[0] and "does not divide" not in lines[0]
+    # a real flag next to it (dp-size) is not taken for a typo; the default is said
+    del args["tp-sise"]
+    args["dp-size"] = 1
+    study.write_text(yaml.safe_dump(data, sort_keys=False))
+    proc = run_cli("validate", "--study", str(study))
+    assert proc.returncode == 2
+    assert "attn-dp-size 4 does not divide tp-size 1 (not set: SGLang's default)" in proc.stderr
+    assert "did you mean" not in proc.stderr
+
+
+def test_a_study_not_swept_yet_names_the_optimize_that_would_fill_it(make_study,
+                                                                    tmp_path: Path) -> None:
+    """status/export/report on a storage with no such study: the printed `sweeper optimize`
+    is this study file into this storage (not the built-in study of the same name into its
+    default storage), and, run as printed, status then finds the study."""
+    study_file = make_study()
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    for command in (["status"], ["export", "-o", str(tmp_path / "b.yaml")], ["report"]):
+        proc = run_cli(*command, "--study", str(study_file), "--storage", other)
+        assert proc.returncode == 2, proc.stderr
+        line = proc.stderr.strip()
+        assert len(line.splitlines()) == 1
+        hint = line.split("run `")[1].split("`")[0]
+        assert shlex.split(hint) == ["sweeper", "optimize", "--study", str(study_file),
+                                     "--storage", other], line
+    assert not (tmp_path / "other.db").exists(), "nothing written by a read-only command"
+    # as printed (with a small --trials), it fills exactly the storage that was asked about
+    words = shlex.split(hint)[1:] + ["--trials", "1", "--no-confirm"]
+    swept = run_cli(*words)
+    assert swept.returncode == 0, swept.stderr + swept.stdout
+    assert run_cli("status", "--study", str(study_file), "--storage", other).returncode == 0
+    # the study file's own storage (not swept into): no --storage in the hint
+    own = run_cli("status", "--study", str(study_file))
+    assert own.returncode == 2 and not (tmp_path / "t.db").exists()
+    assert shlex.split(own.stderr.split("run `")[1].split("`")[0]) == [
+        "sweeper", "optimize", "--study", str(study_file)]

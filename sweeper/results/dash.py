@@ -23,7 +23,8 @@ def study_url(host: str, port: int, study_id: int) -> str:
 def serve(spec: StudySpec, storage_url: str, host: str, port: int, console: Console) -> None:
     from optuna_dashboard import run_server
 
-    load_existing(storage_url, spec.name, str(spec.path))  # a clear error before serving
+    # a clear error before serving
+    load_existing(storage_url, spec.name, str(spec.path), spec.storage)
     storage = open_storage(storage_url)
     study_id = storage.get_study_id_from_name(spec.name)
     if host not in ("127.0.0.1", "localhost", "::1"):

@@ -115,7 +115,7 @@ def _shown(trials: list[FrozenTrial], limit: int | None) -> list[FrozenTrial]:
 
 def print_status(console: Console, spec: StudySpec, storage_url: str,
                  limit: int | None = 40, fmt: str = "table") -> None:
-    study = load_existing(storage_url, spec.name, str(spec.path))
+    study = load_existing(storage_url, spec.name, str(spec.path), spec.storage)
     trials = study.get_trials(deepcopy=False)
     if fmt in ("csv", "json"):
         frame = trials_frame(trials, list(spec.space))
