@@ -319,7 +319,15 @@ def print_confirm(console: Any, outcome: ConfirmOutcome) -> None:
         table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
                       show_edge=False)
         # never cut: what is cut is what tells two contenders apart
-        table.add_column("configuration", overflow="fold", min_width=16)
+        labels = [len(compact_params(c.result.effective, frozenset(same))) + len(" ◀ winner")
+                  for c in ordered]
+        notes = [len(f"differs on prompts {m}: cannot win")
+                 for m in outcome.lossless_mismatches.values() if m]
+        # its longest label on one line when the other columns leave room: runs, tok/s
+        # and vs base take ~30 characters with their gaps, the lossless note up to 24
+        room = console.width - 30 - min(24, max([14, *notes]))
+        table.add_column("configuration", overflow="fold",
+                         min_width=max(16, min(max(labels), room)))
         table.add_column("runs", justify="right", no_wrap=True)
         table.add_column("tok/s", justify="right", no_wrap=True)
         table.add_column("vs base", justify="right", no_wrap=True)
