@@ -170,6 +170,19 @@ def test_the_summary_counts_real_restarts_in_good_english() -> None:
     assert "1 trial restarted the server" in one and "0 infrastructure failures" in one
 
 
+def test_the_start_spread_counts_configurations_in_good_english() -> None:
+    from sweeper.results.verdict import Verdict
+
+    assert "(s)" not in (Verdict.start_text.__doc__ or "")
+    texts = []
+    for configs in (1, 2):
+        v = Verdict.__new__(Verdict)
+        v.start = type("S", (), {"sd": 0.023, "configs": configs})()  # type: ignore[attr-defined]
+        texts.append(Verdict.start_text(v) or "")
+    assert "from 1 configuration measured" in texts[0]
+    assert "from 2 configurations measured" in texts[1]
+
+
 def test_help_lists_every_command_whole_and_every_bench_option_has_help() -> None:
     from sweeper.cli import app
 
