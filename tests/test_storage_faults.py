@@ -111,7 +111,9 @@ def test_immutable_storage_keeps_the_measurement(make_study, tmp_path: Path) -> 
 
     victim, err = _break_mid_trial(study_file, db, tmp_path, lambda: chattr("+i"),
                                    lambda: chattr("-i"))
-    assert list(db.parent.glob(".t.db.pending/*/trial-*.json")), "kept beside the storage"
+    assert list(db.parent.glob(".t.db.pending/*/trial-*.json")), \
+        f"kept beside the storage: {err} (state folder: " \
+        f"{list((tmp_path / 'state').rglob('*'))})"
     _assert_kept_then_written(study_file, db, tmp_path, victim, err)
 
 
