@@ -29,6 +29,33 @@ def _study(path: Path) -> optuna.Study:
     return optuna.load_study(study_name="t", storage=f"sqlite:///{path.parent / 't.db'}")
 
 
+# '' when the element's text is wholly visible; else what hides part of it: the element's
+# own overflow (an ellipsis, a fixed height) or an ancestor that clips it (overflow hidden,
+# scroll), measured in the rendered page
+CLIPPED_JS = """
+const el = arguments[0];
+if (el.scrollWidth > el.clientWidth + 1 || el.scrollHeight > el.clientHeight + 1)
+  return `overflows itself: ${el.scrollWidth}x${el.scrollHeight} in `
+    + `${el.clientWidth}x${el.clientHeight}`;
+const r = el.getBoundingClientRect();
+for (let a = el.parentElement; a; a = a.parentElement) {
+  const s = getComputedStyle(a);
+  if (s.overflowX === 'visible' && s.overflowY === 'visible') continue;
+  const q = a.getBoundingClientRect();
+  if (r.left < q.left - 1 || r.right > q.right + 1 || r.top < q.top - 1 || r.bottom > q.bottom + 1)
+    return `clipped by <${a.tagName.toLowerCase()} class="${a.className}">`;
+}
+if (r.right > window.innerWidth + 1) return 'beyond the window';
+return '';
+"""
+
+
+def _xpath_literal(text: str) -> str:
+    if "'" not in text:
+        return f"'{text}'"
+    return "concat(" + ", \"'\", ".join(f"'{part}'" for part in text.split("'")) + ")"
+
+
 def _page_text(driver: object, must: str, timeout: float = 30) -> str:
     from selenium.webdriver.common.by import By
 
@@ -61,6 +88,13 @@ def test_dashboard_names_the_winner_and_shows_logs_as_text(finished: Path, brows
 
         cell = browser.find_element(By.XPATH, "//*[text()='sweeper:winner']")
         browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", cell)
+        # the winner's name and its whole line on screen together, as the page opens on
+        # them: not cut by the cell, scrolled out of the table or past the page's edge
+        value = browser.find_element(
+            By.XPATH, f"//*[contains(text(), {_xpath_literal(headline.label)})]")
+        for shown in (cell, value):
+            assert browser.execute_script(CLIPPED_JS, shown) == "", shown.text
+        assert headline.one_line() in value.text.replace("\n", " ")
         keep_screenshot(browser, tmp_path, "dashboard.png")
         # the study's note says the same, with the speedup and how it was decided
         browser.get(f"http://127.0.0.1:{port}/dashboard/studies/{study_id}/note")

@@ -33,6 +33,7 @@ from .conftest import (
     wait_for,
 )
 from .test_optimize import failing_point
+from .timeouts import scaled
 
 NCCL = {"speculative-num-steps": 2, "speculative-eagle-topk": 1,
         "speculative-num-draft-tokens": 3, "env.NCCL_ALGO": "CollNetDirect"}
@@ -116,7 +117,7 @@ def test_two_checkouts_one_study_name_at_once(tmp_path: Path) -> None:
              for p in paths]
     try:
         for proc in procs:
-            _, err = proc.communicate(timeout=300)
+            _, err = proc.communicate(timeout=scaled(300))
             assert proc.returncode == 0, err
     finally:
         for proc in procs:

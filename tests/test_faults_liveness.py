@@ -24,6 +24,7 @@ from sweeper.run.heartbeat import STALE_SECONDS
 from sweeper.run.reconcile import counts_as_finished
 
 from .conftest import ROOT, run_cli, streaming_trial, wait_for
+from .timeouts import scaled
 
 
 def _running(study: optuna.Study, started: datetime, **attrs: object) -> int:
@@ -93,7 +94,7 @@ def test_fresh_refuses_while_another_sweeper_works_on_the_study(make_study,
                  "the first sweeper mid-trial")
         fresh = run_cli("optimize", "--study", str(_second_file(path, tmp_path)),
                         "--trials", "1", "--fresh", "--yes")
-        out, err = proc.communicate(timeout=240)
+        out, err = proc.communicate(timeout=scaled(240))
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

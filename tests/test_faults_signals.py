@@ -13,6 +13,7 @@ from optuna.trial import TrialState
 
 from .conftest import ROOT, group_alive, wait_for
 from .test_resilience import _ctrl_c_as_at_a_terminal, load, mid_benchmark
+from .timeouts import scaled
 
 
 def _as_at_a_terminal() -> None:
@@ -36,7 +37,7 @@ def test_sighup_records_requeues_and_stops_the_server(make_study, tmp_path: Path
     try:
         victim = wait_for(lambda: mid_benchmark(db, proc), 60, "a trial mid-way")
         os.kill(proc.pid, signal.SIGHUP)
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=scaled(60))
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -64,7 +65,7 @@ def test_ctrl_c_releases_the_lock_and_says_the_sweeper_ended(make_study, tmp_pat
         wait_for(lambda: mid_benchmark(db, proc), 60, "a trial mid-way")
         assert list(locks.glob("*.lock")), "the lock is held while it runs"
         os.kill(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=scaled(60))
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -16,6 +16,8 @@ from sweeper.search.sampler import make_sampler
 from sweeper.search.space import SearchSpace
 from sweeper.study import load_study
 
+from .timeouts import scaled
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -82,7 +84,7 @@ def test_model_sampler_in_a_sqlite_study_with_resume(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-c", f"from tests.test_model_sampler import drive; "
                                f"print(','.join(drive({url!r}, 6, seed=6)))"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120)
+        cwd=ROOT, capture_output=True, text=True, timeout=scaled(120))
     assert proc.returncode == 0, proc.stderr
     second = proc.stdout.strip().splitlines()[-1].split(",")
     assert len(second) == 6 and set(second) <= {"model", "racing"}

@@ -170,6 +170,19 @@ def test_the_summary_counts_real_restarts_in_good_english() -> None:
     assert "1 trial restarted the server" in one and "0 infrastructure failures" in one
 
 
+def test_the_start_spread_counts_configurations_in_good_english() -> None:
+    from sweeper.results.verdict import Verdict
+
+    assert "(s)" not in (Verdict.start_text.__doc__ or "")
+    texts = []
+    for configs in (1, 2):
+        v = Verdict.__new__(Verdict)
+        v.start = type("S", (), {"sd": 0.023, "configs": configs})()  # type: ignore[attr-defined]
+        texts.append(Verdict.start_text(v) or "")
+    assert "from 1 configuration measured" in texts[0]
+    assert "from 2 configurations measured" in texts[1]
+
+
 def test_help_lists_every_command_whole_and_every_bench_option_has_help() -> None:
     from sweeper.cli import app
 
@@ -251,3 +264,132 @@ def test_validate_catches_a_typo_in_server_args_on_this_machine(make_study,
     assert not (tmp_path / "t.db").exists()
     ok = run_cli("validate", "--study", str(make_study()))
     assert ok.returncode == 0 and "every flag is in this machine's launcher --help" in ok.stdout
+
+
+def _confirm_outcome(lossy: bool = False):  # noqa: ANN202
+    """Four contenders that differ only in their NCCL settings, and the baseline."""
+    from sweeper.launch import LaunchConfig
+    from sweeper.measure.stats import speedup
+    from sweeper.results.verdict import ConfigResult
+    from sweeper.run.confirm import Candidate, ConfirmOutcome
+
+    common = {"speculative-num-steps": 3, "speculative-eagle-topk": 2,
+              "speculative-num-draft-tokens": 7, "speculative-draft-tp-size": 4,
+              "env.NCCL_MIN_NCHANNELS": 16}
+    variants = [{"env.NCCL_ALGO": "Tree", "env.NCCL_PROTO": "LL128"},
+                {"env.NCCL_ALGO": "Ring", "env.NCCL_PROTO": "LL128"},
+                {"env.NCCL_ALGO": "Tree", "env.NCCL_PROTO": "Simple"},
+                {"env.NCCL_ALGO": "Ring", "env.NCCL_PROTO": "Simple"}]
+    base = Candidate(ConfigResult("base", {}, A.BASELINE), LaunchConfig(), {}, {},
+                     runs=[330.0, 333.0, 336.0, 331.0])
+    cands = [Candidate(ConfigResult(f"c{i}", {**common, **v}, A.SAMPLER), LaunchConfig(), {},
+                       {}, runs=[520.0 - i + d for d in (-2.0, 1.0, 2.0, -1.0)])
+             for i, v in enumerate(variants)]
+    mism = {"c0": [1, 4, 7]} if lossy else {}
+    winner = cands[1] if lossy else cands[0]
+    return ConfirmOutcome([base, *cands], base, winner,
+                          {c.result.config_id: (speedup(c.runs, base.runs) if c is not base
+                                                else None) for c in [base, *cands]}, mism)
+
+
+def test_confirm_table_at_80_columns_keeps_what_tells_contenders_apart() -> None:
+    import io
+
+    from rich.console import Console
+
+    from sweeper.run.confirm import print_confirm
+
+    for lossy in (False, True):
+        buf = io.StringIO()
+        print_confirm(Console(file=buf, width=80, highlight=False, soft_wrap=True),
+                      _confirm_outcome(lossy))
+        text = buf.getvalue()
+        lines = text.splitlines()
+        assert max(len(line) for line in lines) <= 80, text
+        assert "…" not in text and "..." not in text, text  # nothing cut
+        rows = [line for line in lines if "ALGO=" in line]
+        for algo, proto in (("Tree", "LL128"), ("Ring", "LL128"), ("Tree", "Simple"),
+                            ("Ring", "Simple")):
+            assert any(f"ALGO={algo} PROTO={proto}" in row for row in rows), text
+        assert "every contender below has s3 k2 d7 tp4 MIN_NCHANNELS=16" in text, text
+        winner = next(row for row in rows if "winner" in row)
+        assert ("ALGO=Ring PROTO=LL128" if lossy else "ALGO=Tree PROTO=LL128") in winner
+        # each row its tok/s and its speedup, whole
+        assert re.search(r"ALGO=Tree PROTO=LL128.* 520±\d+ +\+56\.\d%", text), text
+        if lossy:
+            assert "differs on prompts" in text and "cannot win" in text
+
+
+def test_optimize_confirm_table_at_80_columns_piped(make_study, tmp_path: Path) -> None:
+    study_file = make_study(
+        start_from=[{"env.NCCL_ALGO": "Tree", "env.NCCL_PROTO": "LL128"},
+                    {"env.NCCL_ALGO": "Ring", "env.NCCL_PROTO": "LL128"}],
+        sweep={"seed": 3, "n_startup_trials": 2, "confirm_top": 2, "confirm_runs": 2})
+    data = yaml.safe_load(study_file.read_text())
+    data["space"] = {"env.NCCL_ALGO": {"choices": ["Ring", "Tree"]},  # replaced, not merged
+                     "env.NCCL_PROTO": {"choices": ["LL128", "Simple"]}}
+    data["server"]["args"].update({"speculative-num-steps": 3, "speculative-eagle-topk": 1})
+    study_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    proc = run_cli("optimize", "--study", str(study_file), "--trials", "3",
+                   env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    table = proc.stdout[proc.stdout.index("confirm phase (fresh"):]
+    table = table[:table.index("\n\n")] if "\n\n" in table else table
+    assert max(len(line) for line in table.splitlines()) <= 80, table
+    assert "…" not in table, table
+    rows = [line for line in table.splitlines() if "ALGO=" in line]
+    assert len(rows) >= 2 and len({r.split("ALGO=")[1].split()[0] for r in rows}) == 2, table
+
+
+def test_a_typo_of_tp_size_is_named_not_what_a_rule_concludes_from_the_default(
+        make_study, tmp_path: Path) -> None:
+    """The demo's space searches attn-dp-size 1 or 4: with ``tp-sise`` in server.args the
+    divisibility rule sees SGLang's default tp-size 1; the user has to fix the typo."""
+    data = yaml.safe_load(make_study().read_text())
+    args = data["server"]["args"]
+    args["tp-sise"] = args.pop("tp-size")
+    data["space"]["attn-dp-size"] = {"choices": [1, 4]}
+    study = tmp_path / "typo.yaml"
+    study.write_text(yaml.safe_dump(data, sort_keys=False))
+    proc = run_cli("validate", "--study", str(study))
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "server.args.tp-sise: no SGLang flag --tp-sise (did you mean --tp-size?)" in lines[0]
+    assert "rename it tp-size" in lines[0] and "does not divide" not in lines[0]
+    # a real flag next to it (dp-size) is not taken for a typo; the default is said
+    del args["tp-sise"]
+    args["dp-size"] = 1
+    study.write_text(yaml.safe_dump(data, sort_keys=False))
+    proc = run_cli("validate", "--study", str(study))
+    assert proc.returncode == 2
+    assert "attn-dp-size 4 does not divide tp-size 1 (not set: SGLang's default)" in proc.stderr
+    assert "did you mean" not in proc.stderr
+
+
+def test_a_study_not_swept_yet_names_the_optimize_that_would_fill_it(make_study,
+                                                                    tmp_path: Path) -> None:
+    """status/export/report on a storage with no such study: the printed `sweeper optimize`
+    is this study file into this storage (not the built-in study of the same name into its
+    default storage), and, run as printed, status then finds the study."""
+    study_file = make_study()
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    for command in (["status"], ["export", "-o", str(tmp_path / "b.yaml")], ["report"]):
+        proc = run_cli(*command, "--study", str(study_file), "--storage", other)
+        assert proc.returncode == 2, proc.stderr
+        line = proc.stderr.strip()
+        assert len(line.splitlines()) == 1
+        hint = line.split("run `")[1].split("`")[0]
+        assert shlex.split(hint) == ["sweeper", "optimize", "--study", str(study_file),
+                                     "--storage", other], line
+    assert not (tmp_path / "other.db").exists(), "nothing written by a read-only command"
+    # as printed (with a small --trials), it fills exactly the storage that was asked about
+    words = shlex.split(hint)[1:] + ["--trials", "1", "--no-confirm"]
+    swept = run_cli(*words)
+    assert swept.returncode == 0, swept.stderr + swept.stdout
+    assert run_cli("status", "--study", str(study_file), "--storage", other).returncode == 0
+    # the study file's own storage (not swept into): no --storage in the hint
+    own = run_cli("status", "--study", str(study_file))
+    assert own.returncode == 2 and not (tmp_path / "t.db").exists()
+    assert shlex.split(own.stderr.split("run `")[1].split("`")[0]) == [
+        "sweeper", "optimize", "--study", str(study_file)]

@@ -21,6 +21,7 @@ from sweeper.run.workers import HostPool
 from sweeper.study import load_study
 
 from .conftest import ROOT, group_alive, recorded_pgids, run_cli, streaming_trial, wait_for
+from .timeouts import scaled
 
 
 def load(db: Path) -> optuna.Study:
@@ -90,7 +91,7 @@ def test_interrupt_stops_server_and_requeues(make_study, tmp_path: Path, sig: in
     try:
         victim = wait_for(lambda: mid_benchmark(db, proc), 60, "a trial mid-way")
         os.kill(proc.pid, sig)
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=scaled(60))
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -24,6 +24,7 @@ from sweeper.run.reconcile import counts_as_finished
 from .conftest import demo_study_data, group_alive, kill_group, run_cli, wait_for
 from .pgdb import pg_url  # noqa: F401  (fixture)
 from .test_hosts import assert_no_overlap
+from .timeouts import scaled
 
 TRIALS = 6
 
@@ -101,8 +102,8 @@ def test_two_sweepers_split_the_work(shared: str, tmp_path: Path) -> None:
         wait_for(lambda: any(t.state == TrialState.RUNNING for t in trials_of(shared)), 60,
                  "the first sweeper's first trial")
         second = start(two)
-        out1, err1 = first.communicate(timeout=240)
-        out2, err2 = second.communicate(timeout=240)
+        out1, err1 = first.communicate(timeout=scaled(240))
+        out2, err2 = second.communicate(timeout=scaled(240))
     finally:
         cleanup(shared, first, *([second] if second else []))
     assert first.returncode == 0 and second.returncode == 0, err1 + err2
@@ -126,7 +127,7 @@ def test_kill_9_of_one_sweeper_the_other_goes_on_and_resume_runs_the_lost_trial(
                           "the second sweeper mid-benchmark")
         os.kill(second.pid, signal.SIGKILL)
         second.wait(timeout=10)
-        out1, err1 = first.communicate(timeout=240)
+        out1, err1 = first.communicate(timeout=scaled(240))
         assert first.returncode == 0, err1
         orphan = int(victim.user_attrs[A.SERVER]["pgid"])
         assert group_alive(orphan)  # the dead sweeper's server is still up

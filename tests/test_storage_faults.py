@@ -20,6 +20,7 @@ import yaml
 from optuna.trial import TrialState
 
 from .conftest import ROOT, group_alive, streaming_trial, wait_for
+from .timeouts import scaled
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("chattr") is None,
                                 reason="needs root for chattr +i and mounting a tmpfs")
@@ -55,7 +56,7 @@ def _break_mid_trial(study_file: Path, db: Path, tmp_path: Path, break_it, repai
                           90, "a speculative trial mid-benchmark")
         break_it()
         try:
-            _, err = proc.communicate(timeout=120)
+            _, err = proc.communicate(timeout=scaled(120))
         finally:
             repair()
     finally:
@@ -77,7 +78,7 @@ def _assert_kept_then_written(study_file: Path, db: Path, tmp_path: Path,
 
     again = subprocess.run([sys.executable, "-m", "sweeper", "optimize", "--study",
                             str(study_file), "--trials", "2"], cwd=ROOT, capture_output=True,
-                           text=True, timeout=240, env=_env(tmp_path))
+                           text=True, timeout=scaled(240), env=_env(tmp_path))
     assert again.returncode == 0, again.stderr + again.stdout
     assert f"trial {victim.number}: its measurement, kept on disk" in again.stdout
     study = optuna.load_study(study_name="t", storage=f"sqlite:///{db}")
@@ -110,7 +111,9 @@ def test_immutable_storage_keeps_the_measurement(make_study, tmp_path: Path) -> 
 
     victim, err = _break_mid_trial(study_file, db, tmp_path, lambda: chattr("+i"),
                                    lambda: chattr("-i"))
-    assert list(db.parent.glob(".t.db.pending/*/trial-*.json")), "kept beside the storage"
+    assert list(db.parent.glob(".t.db.pending/*/trial-*.json")), \
+        f"kept beside the storage: {err} (state folder: " \
+        f"{list((tmp_path / 'state').rglob('*'))})"
     _assert_kept_then_written(study_file, db, tmp_path, victim, err)
 
 

@@ -23,6 +23,7 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
+from sweeper.sim.model import expected_throughput
 from sweeper.sim.profiles import PROFILE_DIR
 
 from .conftest import ROOT, SIM_LAUNCHER, demo_study_data, run_cli, wait_for
@@ -30,6 +31,9 @@ from .conftest import ROOT, SIM_LAUNCHER, demo_study_data, run_cli, wait_for
 TREE = {"speculative-num-steps": 3, "speculative-eagle-topk": 2,
         "speculative-num-draft-tokens": 7}
 CHAIN = {"speculative-num-steps": 1, "speculative-eagle-topk": 1}
+# the fixed flags of traffic_data's server, for the simulator's model
+ARGS = {"tp-size": 4, "speculative-algorithm": "EAGLE3", "speculative-draft-tp-size": 1,
+        "model-path": "sim/demo-model", "speculative-draft-model-path": "sim/demo-eagle3"}
 SPACE = {"speculative-num-steps": {"int": [1, 6]}, "speculative-eagle-topk": {"choices": [1, 2]},
          "speculative-num-draft-tokens": {"int": [2, 12]}}
 
@@ -214,14 +218,33 @@ def test_pareto_is_a_two_objective_study_with_a_front(tmp_path: Path) -> None:
     s = load(tmp_path / "t.db")
     assert len(s.directions) == 2
     assert s.metric_names == ["tok/s per request @1", "total tok/s @16"]
-    assert {t.number for t in s.best_trials} == {0, 1}  # Optuna's own front: both
-    assert "Pareto front of" in proc.stdout and "2 configurations" in proc.stdout
+    # both are on the true front by the simulator's model (the tree per request at 1, the
+    # chain in total at 16); what was measured is asserted on its recorded values, not on
+    # the wall clock, which on a loaded machine caps the 16-stream totals (issue 26)
+    truth = {name: [expected_throughput(str(tmp_path / "drafttp.yaml"), {**ARGS, **cfg},
+                                        concurrency=c) for c in (1, 16)]
+             for name, cfg in (("tree", TREE), ("chain", CHAIN))}
+    assert truth["tree"][0].tok_s > truth["chain"][0].tok_s
+    assert truth["chain"][1].total_tok_s > truth["tree"][1].total_tok_s
+    done = [t for t in s.trials if t.state == TrialState.COMPLETE]
+    assert len(done) == 2
+
+    def dominated(t: optuna.trial.FrozenTrial) -> bool:
+        return any(all(a >= b for a, b in zip(o.values, t.values, strict=True))
+                   and o.values != t.values for o in done)
+    front = {t.number for t in done if not dominated(t)}
+    assert {t.number for t in s.best_trials} == front  # Optuna's own front
+    n = len(front)
+    assert "Pareto front of" in proc.stdout
+    assert f": {n} configuration{'' if n == 1 else 's'} (no other is faster" in proc.stdout
     plain = run_cli("export", "--study", str(study), "-o", str(tmp_path / "b.yaml"))
     assert plain.returncode == 2 and "pareto" in plain.stderr and "--at" in plain.stderr
     assert len(plain.stderr.strip().splitlines()) == 1 and not (tmp_path / "b.yaml").exists()
     at16 = run_cli("export", "--study", str(study), "--at", "16", "-o", str(tmp_path / "b.yaml"))
     assert at16.returncode == 0, at16.stderr
-    assert yaml.safe_load((tmp_path / "b.yaml").read_text())["speculative-eagle-topk"] == 1
+    best16 = max(done, key=lambda t: t.values[1])  # the front's best total at 16, measured
+    assert yaml.safe_load((tmp_path / "b.yaml").read_text())["speculative-eagle-topk"] == \
+        best16.user_attrs["effective"]["speculative-eagle-topk"]
     confirm = run_cli("confirm", "--study", str(study), "--top", "1")
     assert confirm.returncode == 2 and "pareto" in confirm.stderr
     assert "Pareto front" in note_of(s)

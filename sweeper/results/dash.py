@@ -21,9 +21,13 @@ def study_url(host: str, port: int, study_id: int) -> str:
 
 
 def serve(spec: StudySpec, storage_url: str, host: str, port: int, console: Console) -> None:
-    from optuna_dashboard import run_server
+    from bottle import run
+    from optuna_dashboard import wsgi
 
-    load_existing(storage_url, spec.name, str(spec.path))  # a clear error before serving
+    from sweeper.results.dashstyle import with_style
+
+    # a clear error before serving
+    load_existing(storage_url, spec.name, str(spec.path), spec.storage)
     storage = open_storage(storage_url)
     study_id = storage.get_study_id_from_name(spec.name)
     if host not in ("127.0.0.1", "localhost", "::1"):
@@ -32,5 +36,8 @@ def serve(spec: StudySpec, storage_url: str, host: str, port: int, console: Cons
     console.print(f"optuna-dashboard for {spec.name!r}: {study_url(host, port, study_id)} "
                   "(Ctrl-C stops it)")
     # the user's knobs as parameters, the winner as the best trial (results/knobview.py)
-    run_server(KnobView(storage, spec.benchmark.aggregate), host=host, port=port,
+    # (and its tables fitted to their cards: results/dashstyle.py); optuna_dashboard's
+    # run_server is this, with bottle's wsgiref server
+    app = wsgi(KnobView(storage, spec.benchmark.aggregate),
                artifact_store=artifact_store(storage_url, spec.name, spec.artifacts))
+    run(with_style(app), host=host, port=port)

@@ -89,7 +89,7 @@ def export_best(spec: StudySpec, storage_url: str, output: Path, *, at: int | No
     ``check_flags(flags)`` (the host's SGLang has them: remote/preflight.py) has passed."""
     from sweeper.search.space import SearchSpace
 
-    study = load_existing(storage_url, spec.name, str(spec.path))
+    study = load_existing(storage_url, spec.name, str(spec.path), spec.storage)
     trials = study.get_trials(deepcopy=False)
     headline = Headline.of(study, spec.benchmark.aggregate, trials)
     space = SearchSpace(spec)

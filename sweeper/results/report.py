@@ -54,7 +54,7 @@ class Written:
 
 def write_report(spec: StudySpec, storage_url: str, output: Path | None) -> Written:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = load_existing(storage_url, spec.name, str(spec.path))
+    study = load_existing(storage_url, spec.name, str(spec.path), spec.storage)
     trials = study.get_trials(deepcopy=False)
     out_dir = output or report_dir(storage_url, spec.name)
     out_dir.mkdir(parents=True, exist_ok=True)

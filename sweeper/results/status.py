@@ -38,10 +38,15 @@ _STATE = {TrialState.COMPLETE: "[green]done[/]", TrialState.PRUNED: "[red]pruned
           TrialState.WAITING: "queued"}
 
 
-def shared_knobs(trials: list[FrozenTrial]) -> dict[str, Any]:
+def shared_knobs(rows: list[FrozenTrial] | list[dict[str, Any]]) -> dict[str, Any]:
     """The knobs (and values) that every speculative configuration shown has in common:
-    at 80 columns they are said once, so each row keeps what tells it apart."""
-    effs = [t.user_attrs[A.EFFECTIVE] for t in trials if t.user_attrs.get(A.EFFECTIVE)]
+    at 80 columns they are said once, so each row keeps what tells it apart. ``rows``: the
+    trials shown, or the effective configurations themselves (the confirm phase's)."""
+    effs: list[dict[str, Any]] = []
+    for r in rows:
+        eff = r if isinstance(r, dict) else r.user_attrs.get(A.EFFECTIVE)
+        if eff:
+            effs.append(eff)
     if len(effs) < 2:
         return {}
     first = effs[0]
@@ -110,7 +115,7 @@ def _shown(trials: list[FrozenTrial], limit: int | None) -> list[FrozenTrial]:
 
 def print_status(console: Console, spec: StudySpec, storage_url: str,
                  limit: int | None = 40, fmt: str = "table") -> None:
-    study = load_existing(storage_url, spec.name, str(spec.path))
+    study = load_existing(storage_url, spec.name, str(spec.path), spec.storage)
     trials = study.get_trials(deepcopy=False)
     if fmt in ("csv", "json"):
         frame = trials_frame(trials, list(spec.space))

@@ -228,11 +228,30 @@ def delete_study(url: str, name: str, artifacts: str | None = None) -> None:
         shutil.rmtree(artifact_dir(url, name, artifacts), ignore_errors=True)
 
 
-def load_existing(url: str, name: str, study_file: str) -> optuna.Study:
+def load_existing(url: str, name: str, study_file: str,
+                  own_storage: str | None = None) -> optuna.Study:
     """The stored study for the read-only commands (status, export, dashboard, report);
-    InputError when the sweep never ran. A storage file that does not exist is not created."""
+    InputError when the sweep never ran. A storage file that does not exist is not created.
+    ``own_storage``: the study file's storage, to leave ``--storage`` out of the hint when
+    ``url`` is that one."""
     study = existing_study(open_storage(url), name) if storage_exists(url) else None
     if study is None:
         raise InputError(f"{study_file}: no study {name!r} in {public_url(url)} yet; run "
-                         f"`sweeper optimize --study {name}` first")
+                         f"`{optimize_command(study_file, url, own_storage)}` first")
     return study
+
+
+def optimize_command(study_file: str, url: str, own_storage: str | None) -> str:
+    """``sweeper optimize`` for this study file and storage, run as printed from here: the
+    study by name when it is one of studies/ (how ``--study NAME`` finds it), else by its
+    path; ``--storage`` unless it is the study file's own. Not ``--study NAME`` for a file
+    elsewhere: that runs the built-in study of that name, into another storage."""
+    import shlex
+
+    path = Path(study_file)
+    study = path.stem if path.parent == Path("studies") and path.suffix == ".yaml" \
+        else study_file
+    words = ["sweeper", "optimize", "--study", study]
+    if own_storage is None or url != own_storage:
+        words += ["--storage", public_url(url)]
+    return shlex.join(words)

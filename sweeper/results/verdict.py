@@ -200,7 +200,8 @@ class Verdict:
         if self.start is None or not self.start.configs:
             return None
         return (f"server starts differ by {self.start.sd:.1%} (sd of a start's speed, "
-                f"from {self.start.configs} configuration(s) measured on two starts or more)")
+                f"from {self.start.configs} configuration{'' if self.start.configs == 1 else 's'}"
+                " measured on two starts or more)")
 
     @property
     def levels(self) -> tuple[int, ...]:

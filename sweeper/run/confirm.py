@@ -293,31 +293,73 @@ def _ratio_dict(r: Ratio | None) -> dict[str, float] | None:
 
 
 def print_confirm(console: Any, outcome: ConfirmOutcome) -> None:
-    """The verdict: each configuration's fresh runs, interval and speedup."""
+    """The verdict: each configuration's fresh runs, interval and speedup.
+
+    Below status's WIDE width (an 80-column terminal, or COLUMNS=80 piped) the table is
+    status's compact one: the knobs every contender shares are said once above it, each row
+    keeps what tells it apart (a long label folds onto a second line, never cut), and the
+    intervals shrink to mean ± half-width; what cannot fit is the lossless note's detail."""
+    from rich import box
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title="confirm phase (fresh, interleaved runs only)", title_justify="left")
-    for col in ("configuration", "runs", "tok/s (95% CI)", "vs baseline", "lossless"):
-        table.add_column(col)
-    for c in sorted(outcome.candidates, key=outcome.value, reverse=True):
+    from sweeper.results.labels import compact_params, compact_parts
+    from sweeper.results.status import WIDE, shared_knobs
+
+    wide = console.width >= WIDE
+    ordered = sorted(outcome.candidates, key=outcome.value, reverse=True)
+    contenders = [c for c in ordered if not c.result.is_baseline]
+    same = {} if wide else shared_knobs([c.result.effective for c in contenders])
+    title = "confirm phase (fresh, interleaved runs only)"
+    if wide:
+        table = Table(title=title, title_justify="left")
+        for col in ("configuration", "runs", "tok/s (95% CI)", "vs baseline", "lossless"):
+            table.add_column(col)
+    else:
+        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                      show_edge=False)
+        # never cut: what is cut is what tells two contenders apart
+        labels = [len(compact_params(c.result.effective, frozenset(same))) + len(" ◀ winner")
+                  for c in ordered]
+        notes = [len(f"differs on prompts {m}: cannot win")
+                 for m in outcome.lossless_mismatches.values() if m]
+        # its longest label on one line when the other columns leave room: runs, tok/s
+        # and vs base take ~30 characters with their gaps, the lossless note up to 24
+        room = console.width - 30 - min(24, max([14, *notes]))
+        table.add_column("configuration", overflow="fold",
+                         min_width=max(16, min(max(labels), room)))
+        table.add_column("runs", justify="right", no_wrap=True)
+        table.add_column("tok/s", justify="right", no_wrap=True)
+        table.add_column("vs base", justify="right", no_wrap=True)
+        table.add_column("lossless", overflow="fold", max_width=22)
+    for c in ordered:
         mism = outcome.lossless_mismatches.get(c.result.config_id)
         lossless = "-" if c.result.is_baseline else (
             "same outputs" if not mism else f"[red]differs on prompts {mism}: cannot win[/]")
         mark = " ◀ winner" if c is outcome.winner else ""
-        table.add_row(R.short_params(c.result.effective) + mark, str(c.stats.n),
-                      R.fmt_tok_s(c.stats), R.fmt_ratio(outcome.speedups.get(c.result.config_id)),
-                      lossless)
+        ratio = outcome.speedups.get(c.result.config_id)
+        if wide:
+            table.add_row(R.short_params(c.result.effective) + mark, str(c.stats.n),
+                          R.fmt_tok_s(c.stats), R.fmt_ratio(ratio), lossless)
+            continue
+        speed = (f"{c.stats.mean:.0f}±{c.stats.ci_half_width:.0f}" if c.stats.n >= 2
+                 else R.fmt_tok_s(c.stats))
+        table.add_row(escape(compact_params(c.result.effective, frozenset(same))) + mark,
+                      str(c.stats.n), speed, R.fmt_ratio(ratio).split(" ")[0], lossless)
+    if same:
+        console.print("[dim]every contender below has "
+                      f"{escape(' '.join(compact_parts(same)) or 'NCCL defaults')}[/]",
+                      soft_wrap=False, overflow="fold")
     console.print(table)
-    contenders = sorted((c for c in outcome.candidates if not c.result.is_baseline),
-                        key=outcome.value, reverse=True)
     if len(contenders) > 1 and outcome.winner is contenders[0]:
         first, second = contenders[0], contenders[1]
         tie = speedup(first.runs, second.runs)
         if not math.isnan(tie.low) and tie.low <= 1.0:
             console.print(f"[dim]The winner leads the runner-up by {(tie.ratio - 1) * 100:+.1f}% "
                           f"[{(tie.low - 1) * 100:+.1f}, {(tie.high - 1) * 100:+.1f}]: within "
-                          "the noise, a tie; more confirm runs would separate them.[/]")
+                          "the noise, a tie; more confirm runs would separate them.[/]",
+                          soft_wrap=False)  # wrapped at words to the terminal's width
     if any(outcome.lossless_mismatches.values()):
         console.print("[red]warning: some configurations changed temperature-0 outputs; "
                       "speculative decoding should be lossless — check the draft model. "
-                      "They are left out of the winner.[/]")
+                      "They are left out of the winner.[/]", soft_wrap=False)

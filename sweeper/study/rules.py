@@ -5,6 +5,7 @@ sweeper/search/space.py owns *how Optuna samples them*."""
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -250,12 +251,30 @@ def check_knobs(path: Path, space: dict[str, ParamSpec], args: dict[str, Any]) -
     _check_dp_attention(path, space, args, algorithms)
 
 
+# Real SGLang flags a near-miss test would take for a typo of tp-size
+_SIZE_FLAGS = frozenset({"dp-size", "ep-size", "pp-size", "attn-dp-size", "moe-dp-size",
+                         "moe-ep-size", "speculative-draft-tp-size"})
+
+
+def _near_miss(name: str, space: Mapping[str, Any], args: Mapping[str, Any]) -> str | None:
+    """The key of the study closest to ``name`` (a flag it does not set), if one is a near
+    miss (``tp-sise``): a rule that would conclude from SGLang's default for ``name`` says
+    that typo instead, which is what the user has to fix."""
+    strays = [k for k in (*space, *args)
+              if not k.startswith(ENV_PREFIX) and k != name and k not in _SIZE_FLAGS]
+    close = difflib.get_close_matches(name, strays, n=1, cutoff=0.8)
+    return close[0] if close else None
+
+
 def _check_dp_attention(path: Path, space: dict[str, ParamSpec], args: dict[str, Any],
                         algorithms: list[str]) -> None:
     """--attn-dp-size D: D divides --tp-size (SGLang asserts it); not with data-parallel
     replicas, NGRAM or STANDALONE (SGLang refuses both). The deprecated spelling
     --enable-dp-attention --dp-size D follows the same rule."""
-    tps = [v for v in _values("tp-size", space, args) if isinstance(v, int)] or [1]
+    tps = [v for v in _values("tp-size", space, args) if isinstance(v, int)]
+    typo = None if tps else _near_miss("tp-size", space, args)
+    unset = "" if tps else " (not set: SGLang's default)"
+    tps = tps or [1]
     dps = [v for v in _values(ATTN_DP, space, args) if isinstance(v, int)]
     name = ATTN_DP
     if not dps and any(v is True for v in _values("enable-dp-attention", space, args)):
@@ -263,8 +282,12 @@ def _check_dp_attention(path: Path, space: dict[str, ParamSpec], args: dict[str,
         name = "dp-size"
     for d in dps:
         for t in tps:
+            if t % d and typo:
+                fail(path, _where(typo, space), f"no SGLang flag --{typo} (did you mean "
+                     f"--tp-size?); without tp-size, SGLang's default 1 leaves no room for "
+                     f"{name} {d}", "rename it tp-size")
             if t % d:
-                fail(path, _where(name, space), f"{name} {d} does not divide tp-size {t}",
+                fail(path, _where(name, space), f"{name} {d} does not divide tp-size {t}{unset}",
                      "SGLang asserts tp_size % attn_dp_size == 0: use divisors of tp-size")
     if any(d > 1 for d in dps):
         if name == ATTN_DP and any(isinstance(v, int) and v > 1
