@@ -71,10 +71,6 @@ class Observation:
     starts: list[list[float]] = field(default_factory=list)  # runs by server start (trial)
     # each run's prompt position (None: not recorded), aligned with ``runs``
     positions: list[int | None] = field(default_factory=list)
-    # the same runs compared prompt by prompt (pair_prompts; empty: not paired), for the
-    # comparisons that choose a leader (racing, "measure longer"); the model's fit keeps
-    # the runs as measured, beside the accept lengths measured on the same prompts
-    paired: list[list[float]] = field(default_factory=list)
     tau2: float = 0.0  # the study's between-start variance (read_history sets it)
 
     @property
@@ -94,11 +90,6 @@ class Observation:
         if self.tau2 and self.starts:  # runs on one start share its speed (stats.two_level)
             return two_level(self.starts, self.tau2, max(own, spread)).se ** 2
         return max(own, spread) ** 2 / n
-
-    @property
-    def by_start_paired(self) -> list[list[float]]:
-        """Runs by start, prompt by prompt when paired."""
-        return self.paired or self.starts
 
     @property
     def accept(self) -> float | None:
@@ -183,14 +174,12 @@ def read_history(trials: Sequence[FrozenTrial]) -> History:
 
 
 def pair_prompts(observations: Sequence[Observation]) -> None:
-    """Compare the configurations prompt by prompt (``Observation.paired``): every run
-    divided by its prompt position's shared effect (measure/stats.prompt_effects, as the
-    verdict does), so that a configuration measured longer on harder prompts, or a start
-    that happened to cover the easy ones, is not ranked for it, and the prompts' own
-    spread leaves the run-to-run variance racing and "measure longer" see. Only when two
-    configurations or more recorded every run's position. (The model's fit keeps the runs
-    as measured: its accept lengths were measured on the same prompts, and tok/s paired
-    against them skews the cycle times; in the emulated demo it cost picks.)"""
+    """Compare the configurations prompt by prompt: every run divided by its prompt
+    position's shared effect (measure/stats.prompt_effects, as the verdict does), so that
+    a configuration measured longer on harder prompts, or a start that happened to
+    cover the easy ones, is not ranked for it, and the prompts' own spread leaves the
+    run-to-run variance the model, racing and "measure longer" see. Only when two
+    configurations or more recorded every run's position (else runs stay as measured)."""
     spec = [o for o in observations if o.positions and None not in o.positions]
     if len(spec) < 2:
         return
@@ -200,4 +189,5 @@ def pair_prompts(observations: Sequence[Observation]) -> None:
         adjusted = [v * math.exp(-eff.get(int(p), 0.0))
                     for p, v in zip(o.positions, o.runs, strict=True) if p is not None]
         sizes = [len(s) for s in o.starts]
-        o.paired = [adjusted[sum(sizes[:i]):sum(sizes[:i + 1])] for i in range(len(sizes))]
+        o.runs = adjusted
+        o.starts = [adjusted[sum(sizes[:i]):sum(sizes[:i + 1])] for i in range(len(sizes))]

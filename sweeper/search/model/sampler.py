@@ -213,8 +213,7 @@ class ModelSampler(BaseSampler):
 
     def _race(self, history: History, model: Predictor) -> RaceCall | None:
         every = [*history.observations, *([history.baseline] if history.baseline else [])]
-        arms = [Arm(o.config_id, sum(map(tuple, o.by_start_paired), ()),
-                    tuple(map(tuple, o.by_start_paired))) for o in every]
+        arms = [Arm(o.config_id, tuple(o.runs), tuple(map(tuple, o.starts))) for o in every]
         mean, sd = model.predict(Batch(self._enc_or_fail(), [o.effective for o in model.obs]))
         belief = {o.config_id: (float(m), float(s))
                   for o, m, s in zip(model.obs, mean, sd, strict=True)}
