@@ -345,20 +345,16 @@ def paired_log_ratio(a: Sequence[tuple[int, float]], b: Sequence[tuple[int, floa
         len(common)
 
 
-def prompt_effects(groups: Sequence[Sequence[tuple[int, float]]],
-                   shrink: float | None = None, rounds: int = 50) -> dict[int, float]:
+def prompt_effects(groups: Sequence[Sequence[tuple[int, float]]], shrink: float = 2.0,
+                   rounds: int = 3) -> dict[int, float]:
     """Each prompt position's effect on log tok/s, shared by the configurations of
     ``groups`` (each a configuration's (position, tok/s) runs): what a prompt adds to every
     configuration measured on it, estimated around each configuration's own mean
-    (alternating until it settles, at most ``rounds``: a position only one configuration
-    reached is pinned through the positions it shares with the others) and shrunk towards
-    0 by ``shrink`` runs' worth of prior (a position seen once says little); centred on the
-    positions seen. ``shrink`` None: estimated from the data (empirical Bayes: the
-    run-to-run variance over the variance of the prompts' effects, so prompts far apart
-    against quiet runs are hardly shrunk, and prompts alike against noisy runs are).
+    (alternating a few rounds) and shrunk towards 0 by ``shrink`` runs' worth of prior
+    (a position seen once says little); centred on the positions seen.
 
     Dividing a run by exp(effect) compares configurations prompt by prompt: one measured
-    longer on harder (or easier) prompts is not ranked for it, and the prompts' own spread
+    longer on harder prompts is not ranked down for it, and the prompts' own spread
     leaves the run-to-run variance."""
     logs = [[(p, math.log(v)) for p, v in g if v > 0] for g in groups]
     logs = [g for g in logs if g]
@@ -366,41 +362,16 @@ def prompt_effects(groups: Sequence[Sequence[tuple[int, float]]],
     for _ in range(rounds):
         sums: dict[int, float] = {}
         counts: dict[int, int] = {}
-        mus = []
         for g in logs:
             mu = statistics.fmean(x - eff.get(p, 0.0) for p, x in g)
-            mus.append(mu)
             for p, x in g:
                 sums[p] = sums.get(p, 0.0) + x - mu
                 counts[p] = counts.get(p, 0) + 1
-        k = shrink if shrink is not None else _prompt_shrink(logs, mus, sums, counts)
-        new = {p: sums[p] / (counts[p] + k) for p in sums}
-        if new:
-            centre = statistics.fmean(new.values())
-            new = {p: e - centre for p, e in new.items()}
-        settled = eff and max(abs(new[p] - eff.get(p, 0.0)) for p in new) < 1e-6
-        eff = new
-        if settled:
-            break
+        eff = {p: sums[p] / (counts[p] + shrink) for p in sums}
+        if eff:
+            centre = statistics.fmean(eff.values())
+            eff = {p: e - centre for p, e in eff.items()}
     return eff
-
-
-def _prompt_shrink(logs: Sequence[Sequence[tuple[int, float]]], mus: Sequence[float],
-                   sums: dict[int, float], counts: dict[int, int]) -> float:
-    """Runs' worth of prior for ``prompt_effects``: sigma^2 / var(effects), by moments."""
-    raw = {p: sums[p] / counts[p] for p in sums}
-    n = sum(len(g) for g in logs)
-    dof = n - len(logs) - len(raw) + 1
-    if dof < 2 or len(raw) < 2:
-        return 2.0  # too little to tell: two runs' worth, as before there were data
-    ss = sum((x - mu - raw[p]) ** 2 for g, mu in zip(logs, mus, strict=True) for p, x in g)
-    sigma2 = ss / dof
-    centre = statistics.fmean(raw.values())
-    spread = statistics.fmean((e - centre) ** 2 for e in raw.values())
-    var_p = spread - sigma2 * statistics.fmean(1.0 / c for c in counts.values())
-    if var_p <= 0:
-        return 1e6  # the positions differ by no more than their runs' noise: no effect
-    return sigma2 / var_p
 
 
 def consistent_starts(reference: Starts, candidates: Starts, tau2: float,

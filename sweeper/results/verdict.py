@@ -167,15 +167,7 @@ def baseline_result(results: Sequence[ConfigResult]) -> ConfigResult | None:
 
 
 def ranked(results: Sequence[ConfigResult], objective: str = "mean") -> list[ConfigResult]:
-    """Best first. For the mean, by the two-level estimate when ``config_results`` made
-    one (runs compared prompt by prompt, each start weighed by what it says): a start
-    measured longer because it led, or on easier prompts, does not outrank on its runs'
-    count alone."""
-    def key(r: ConfigResult) -> float:
-        if objective == "mean" and r.two is not None:
-            return r.two.mean
-        return r.objective(objective)
-    return sorted(results, key=key, reverse=True)
+    return sorted(results, key=lambda r: r.objective(objective), reverse=True)
 
 
 @dataclass

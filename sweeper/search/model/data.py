@@ -19,7 +19,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from sweeper.measure.stats import add_start, prompt_effects, start_variance, two_level
+from sweeper.measure.stats import add_start, start_variance, two_level
 from sweeper.results import attrs as A
 from sweeper.results.kind import TrialKind, kind_of
 from sweeper.study import DRAFT, STEPS, TOPK
@@ -69,8 +69,6 @@ class Observation:
     accepts: list[float] = field(default_factory=list)
     trials: list[int] = field(default_factory=list)
     starts: list[list[float]] = field(default_factory=list)  # runs by server start (trial)
-    # each run's prompt position (None: not recorded), aligned with ``runs``
-    positions: list[int | None] = field(default_factory=list)
     tau2: float = 0.0  # the study's between-start variance (read_history sets it)
 
     @property
@@ -140,11 +138,8 @@ def read_history(trials: Sequence[FrozenTrial]) -> History:
             elif cid not in outcomes or not outcomes[cid].failed:
                 outcomes[cid] = Outcome(cid, eff, True, ua.get(A.FAILURE))
             continue
-        raw = [float(v) for v in ua.get(A.RUNS) or ([t.value] if t.value else [])]
-        where = ua.get(A.RUN_POSITIONS) or []
-        at = list(where) if len(where) == len(raw) else [None] * len(raw)
-        kept = [(r, p) for r, p in zip(raw, at, strict=True) if r > 0]
-        runs = [r for r, _ in kept]
+        runs = [float(v) for v in ua.get(A.RUNS) or ([t.value] if t.value else [])]
+        runs = [r for r in runs if r > 0]
         if not runs:
             continue
         if ua.get(A.ROLE) == A.BASELINE:
@@ -154,7 +149,6 @@ def read_history(trials: Sequence[FrozenTrial]) -> History:
             continue
         o = obs.setdefault(cid, Observation(cid, eff))
         o.runs.extend(runs)
-        o.positions.extend(p for _, p in kept)
         add_start(o.starts, runs, ua.get(A.STARTUP) == 0)
         o.trials.append(t.number)
         acc = ua.get(A.ACCEPT) or ua.get(A.ACCEPT_LOG)
@@ -162,7 +156,6 @@ def read_history(trials: Sequence[FrozenTrial]) -> History:
             o.accepts.append(float(acc))
         outcomes.setdefault(cid, Outcome(cid, eff, False, None))
     failed = {c for c, o in outcomes.items() if o.failed}
-    pair_prompts(list(obs.values()))
     every = [*obs.values(), *([baseline] if baseline else [])]
     # The model takes the start-to-start spread in only once replicates on other starts
     # have shown it (the prior alone would blur every 1% effect it must learn); the
@@ -171,23 +164,3 @@ def read_history(trials: Sequence[FrozenTrial]) -> History:
     for o in every:
         o.tau2 = sv.tau2 if sv.configs else 0.0
     return History(list(obs.values()), list(outcomes.values()), skipped, baseline, failed)
-
-
-def pair_prompts(observations: Sequence[Observation]) -> None:
-    """Compare the configurations prompt by prompt: every run divided by its prompt
-    position's shared effect (measure/stats.prompt_effects, as the verdict does), so that
-    a configuration measured longer on harder prompts, or a start that happened to
-    cover the easy ones, is not ranked for it, and the prompts' own spread leaves the
-    run-to-run variance the model, racing and "measure longer" see. Only when two
-    configurations or more recorded every run's position (else runs stay as measured)."""
-    spec = [o for o in observations if o.positions and None not in o.positions]
-    if len(spec) < 2:
-        return
-    eff = prompt_effects([[(int(p or 0), v) for p, v in zip(o.positions, o.runs, strict=True)]
-                          for o in spec])
-    for o in spec:
-        adjusted = [v * math.exp(-eff.get(int(p), 0.0))
-                    for p, v in zip(o.positions, o.runs, strict=True) if p is not None]
-        sizes = [len(s) for s in o.starts]
-        o.runs = adjusted
-        o.starts = [adjusted[sum(sizes[:i]):sum(sizes[:i + 1])] for i in range(len(sizes))]

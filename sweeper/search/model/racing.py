@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from scipy.stats import norm
 
-from sweeper.measure.stats import se2_after, start_variance, two_level, within_variance
+from sweeper.measure.stats import se2_after, start_variance, within_variance
 
 CHALLENGERS = 4  # beyond the top few, a replicate almost never changes the pick
 # Indifference zone (log tok/s): a challenger truly ahead by less than this is as good a
@@ -43,13 +43,6 @@ class Arm:
     @property
     def by_start(self) -> tuple[tuple[float, ...], ...]:
         return self.starts or (self.runs,)
-
-    def level(self, floor_cv: float, tau2: float) -> float:
-        """The configuration's mean on two levels (each start weighed by what it says:
-        measure/stats.two_level); the pooled mean when starts do not differ."""
-        if not tau2 or len(self.by_start) < 2:
-            return self.mean
-        return two_level(self.by_start, tau2, floor_cv).mean
 
     def _cv(self, floor_cv: float) -> float:
         n = len(self.runs)
@@ -107,13 +100,12 @@ def race(arms: Sequence[Arm], floor_cv: float,
     if len(arms) < 2:
         return None
     tau2 = arm_tau2(arms) if tau2 is None else tau2
-    # the verdict's pick: a long lucky start weighs as one start (results/verdict.ranked)
-    lead = max(arms, key=lambda a: a.level(floor_cv, tau2))
+    lead = max(arms, key=lambda a: a.mean)
 
     def post(a: Arm) -> tuple[float, float]:
         if belief is not None and a.key in belief:
             return belief[a.key]
-        return math.log(a.level(floor_cv, tau2)), math.sqrt(a.se2(floor_cv, tau2))
+        return math.log(a.mean), math.sqrt(a.se2(floor_cv, tau2))
 
     ml, sl = post(lead)
     per_trial = min(len(a.runs) for a in arms)  # what one more trial adds, in runs
@@ -174,10 +166,9 @@ def worth_more_runs(mine: Sequence[float] | Arm, others: Sequence[Arm], floor_cv
         return False
     if max_per_start is not None and len(me.by_start[-1]) >= max_per_start:
         return False
-    lead = max(others, key=lambda a: a.level(floor_cv, tau2))
+    lead = max(others, key=lambda a: a.mean)
     s_lead2, s_me2 = lead.se2(floor_cv, tau2), me.se2(floor_cv, tau2)
-    d = -abs(math.log(me.level(floor_cv, tau2)) - math.log(lead.level(floor_cv, tau2))) \
-        - INDIFFERENCE
+    d = -abs(math.log(me.mean) - math.log(lead.mean)) - INDIFFERENCE
     now = expected_excess(d, math.sqrt(s_me2 + s_lead2))
     after = expected_excess(d, math.sqrt(me.se2_after(floor_cv, tau2, more_runs=batch)
                                           + s_lead2))
