@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -21,7 +22,7 @@ from bench.emulation import EmulatedMeasurer, GroundTruth, Sweep, emulate
 from sweeper.results import attrs as A
 from sweeper.results.verdict import ConfigResult, two_levels
 from sweeper.run.decide import StopState, should_stop
-from sweeper.search.nodetime import spent_seconds
+from sweeper.search.nodetime import not_worth_a_restart, spent_seconds
 from sweeper.study import StudySpec, parse_study
 
 from .conftest import demo_study_data
@@ -154,3 +155,36 @@ def test_node_seconds_count_start_ups_runs_and_warm_ups() -> None:
     secs, source = spent_seconds(trials, max_tokens=100, warmup=1, restart_s=480, run_s=6)
     assert secs == pytest.approx(480 + 3 * 6 + 1 * 6)
     assert "restart_cost" in source and "run_cost" in source
+
+
+def test_the_sweep_stops_when_no_restart_left_is_worth_its_node_seconds() -> None:
+    # a leader on one start and a close runner-up: never "sure", so only the cost half
+    # can stop it
+    lead = [_runs(100.0)]
+    others = [[_runs(99.5)]]
+    trial_s = 8 * 60 + 11 * 6.0
+    # 10 restarts left, each expected to gain 0.001% at best: 0.01% in all, under the
+    # 0.05% expected loss stop_when_sure 0.95 tolerates (5% of 1%)
+    cheap = _state(lead, others, gains=(0.00001, 0.000005), remaining=10, trial_s=trial_s)
+    stop = should_stop(cheap)
+    assert stop is not None and "worth less than it costs" in stop.reason
+    # the same gain with 100 restarts left adds up to more than is tolerated: go on
+    assert should_stop(replace(cheap, remaining=100)) is None
+    # a new configuration expected to gain 0.1%, or a replicate of a leader worth it
+    assert should_stop(replace(cheap, gains=(0.001, 0.0))) is None
+    assert should_stop(replace(cheap, gains=(0.0, 0.001))) is None
+    # still exploring, a level just reached, or never stop early: no
+    assert should_stop(replace(cheap, restarts=7)) is None
+    assert should_stop(replace(cheap, held=3)) is None
+    assert should_stop(replace(cheap, stop_when_sure=1.0)) is None
+    # a sampler that says nothing about its gains (tpe, random): only "sure" stops it
+    assert should_stop(replace(cheap, gains=None)) is None
+
+
+def test_not_worth_a_restart_prices_a_node_second_by_what_stop_when_sure_tolerates() -> None:
+    # 0.02% expected gain per restart, 3 left: 0.06% > 0.05% tolerated at 0.95
+    assert not_worth_a_restart(0.0002, 0.0, 3, 600.0, 0.95) is None
+    # at 0.9 (0.1% tolerated) the same restarts are not worth it
+    why = not_worth_a_restart(0.0002, 0.0, 3, 600.0, 0.90)
+    assert why is not None and "3 restarts left" in why
+    assert not_worth_a_restart(0.0, 0.0, 0, 600.0, 0.95) is None  # nothing left anyway

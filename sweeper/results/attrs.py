@@ -69,6 +69,9 @@ REPEAT_OF = "repeat_of"
 # Such a trial is measured again; a repeat without it is an accident (REPEAT_OF).
 # What kind a trial is, is read through results/kind.py, not from these flags.
 REPLICATE = "is_deliberate_replicate"
+# system attr the model sampler leaves on a trial it planned: {"new": the best expected
+# improvement (log tok/s) of a configuration never measured, "replicate": racing's value}
+GAINS = "sweeper:gains"
 LOG_TAIL = "log_tail"
 # Optuna 5 constraints are system attributes the dashboard does not show: mirrored here.
 CONSTRAINT_MIRROR = "constraint_failed"

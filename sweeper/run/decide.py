@@ -20,7 +20,7 @@ from typing import Any
 from sweeper.measure.stats import Starts
 from sweeper.results import attrs as A
 from sweeper.search.failures import FailureMemory
-from sweeper.search.nodetime import SURE_TOL, stop_reason
+from sweeper.search.nodetime import SURE_TOL, not_worth_a_restart, stop_reason
 
 # An accidental repeat of a measured configuration is resolved without a restart this many
 # times in a row; the next one is measured (a sampler that insists gets its replicate), so
@@ -102,6 +102,11 @@ class StopState:
     held: int  # ... of them after the leader's level was first reached
     patience: int  # the least of both before stopping (the study's n_startup_trials)
     stop_when_sure: float  # sweep.stop_when_sure (1: never stop early)
+    # what another restart buys (results/attrs.GAINS: new configuration, replicate; None:
+    # the sampler does not say), the restarts left in --trials and one trial's node-seconds
+    gains: tuple[float, float] | None = None
+    remaining: int = 0
+    trial_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -119,6 +124,11 @@ def should_stop(state: StopState) -> Stop | None:
         return None
     if state.restarts < state.patience or state.held < state.patience:
         return None
+    if state.gains is not None:
+        why = not_worth_a_restart(*state.gains, state.remaining, state.trial_s,
+                                  state.stop_when_sure)
+        if why is not None:
+            return Stop(why)
     if len(state.leader) < 2:
         # one start's speed is not the configuration's: until the leader has a second
         # start, its lead may be a lucky start, which only the prior's spread accounts for
@@ -130,11 +140,13 @@ def should_stop(state: StopState) -> Stop | None:
                 f"{state.held} restarts")
 
 
-def stop_state(trials: Sequence[Any], stop_when_sure: float, patience: int
-               ) -> StopState | None:
+def stop_state(trials: Sequence[Any], stop_when_sure: float, patience: int,
+               remaining: int = 0, trial_s: float = 0.0) -> StopState | None:
     """The stop rule's state from a study's trials (optuna FrozenTrials): the
     configurations ranked by their two-level means (results/verdict.config_results), the
-    study's between-start variance; None before two configurations are measured."""
+    study's between-start variance, the gains the sampler recorded on its latest plan;
+    None before two configurations are measured. ``remaining``: restarts left in
+    --trials; ``trial_s``: one trial's node-seconds (search/nodetime.Costs.trial_s)."""
     import sweeper.results.verdict as R
     from sweeper.measure.stats import start_variance
     from sweeper.results.kind import TrialKind, kind_of
@@ -153,8 +165,12 @@ def stop_state(trials: Sequence[Any], stop_when_sure: float, patience: int
                   default=None)
     held = sum(t.number > reached for t in started) if reached is not None else 0
     tau2 = start_variance([r.by_start() for r in results]).tau2
+    planned = [t for t in trials if isinstance(t.system_attrs.get(A.GAINS), dict)]
+    last = max(planned, key=lambda t: t.number).system_attrs[A.GAINS] if planned else None
+    gains = (float(last.get("new", 0.0)), float(last.get("replicate", 0.0))) \
+        if last is not None else None
     return StopState(lead.by_start(), tuple(r.by_start() for r in results[1:]), tau2,
-                     len(started), held, patience, stop_when_sure)
+                     len(started), held, patience, stop_when_sure, gains, remaining, trial_s)
 
 
 # --------------------------------------------------------------------------- outcomes

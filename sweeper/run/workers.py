@@ -51,7 +51,7 @@ from sweeper.run.session import HostSession
 from sweeper.run.step import Observer, run_trial
 from sweeper.run.worker import Busy, NoRoom, Worker
 from sweeper.search.failures import FailureMemory
-from sweeper.search.nodetime import spent_seconds
+from sweeper.search.nodetime import measured_costs, spent_seconds
 from sweeper.study import StudySpec
 
 BACKOFF_SECONDS = 1.0
@@ -410,7 +410,11 @@ class HostPool:
         if done >= self.options.trials or sw.stop_when_sure >= 1.0 or \
                 len(self.spec.benchmark.levels) > 1:
             return False
-        state = stop_state(trials, sw.stop_when_sure, sw.n_startup_trials)
+        costs = measured_costs(trials, self.spec.benchmark.max_tokens, sw.restart_cost,
+                               sw.run_cost)
+        state = stop_state(trials, sw.stop_when_sure, sw.n_startup_trials,
+                           self.options.trials - done,
+                           costs.trial_s(self.spec.benchmark.runs) if costs else 0.0)
         stop = should_stop(state) if state is not None else None
         if stop is None:
             return False

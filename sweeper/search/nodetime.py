@@ -23,8 +23,9 @@ run/decide.should_stop, which calls ``stop_reason`` with the configurations' sta
 (results/verdict.ConfigResult.by_start) once the sampler has explored, and ends the sweep
 with that reason (``--trials`` stays the upper bound); the live bar and the summary add up
 ``spent_seconds`` (on the simulator: modelled seconds, labelled as such); run/longer.py
-caps runs on one start at ``runs_per_start``. Not wired yet: ``choose`` between a
-replicate start and a new configuration (another restart worth less than it costs).
+caps runs on one start at ``runs_per_start``; ``not_worth_a_restart`` (through
+``choose``) is the stop rule's other half, on the gains the model sampler records per
+trial (search/model/sampler.py, results/attrs.GAINS).
 """
 
 from __future__ import annotations
@@ -148,6 +149,30 @@ def choose(options: Sequence[Option], min_rate: float) -> Option:
     if not paying:
         return Option("stop", 0.0, 0.0)
     return max(paying, key=lambda o: o.rate)
+
+
+def not_worth_a_restart(new_gain: float, replicate_gain: float, remaining: int,
+                        trial_s: float, stop_when_sure: float) -> str | None:
+    """The other half of the stop rule: why no restart left is worth its node-seconds
+    (or None). A restart buys ``new_gain`` (the model's best expected improvement of a
+    configuration never measured, log tok/s) or ``replicate_gain`` (racing's expected
+    loss removed by another start of a leader) for ``trial_s`` node-seconds. The price
+    of a node-second: the loss the study accepts when it stops sure (being out of the 1%
+    tolerance with probability 1 - ``stop_when_sure``), spread over the ``remaining``
+    restarts' node-seconds. When even every remaining restart at the best rate would buy
+    less than that loss, stopping loses less than the study already tolerates."""
+    if stop_when_sure >= 1.0 or remaining <= 0 or trial_s <= 0:
+        return None
+    tolerated = SURE_TOL * (1.0 - stop_when_sure)
+    best = choose([Option("new", new_gain, trial_s), Option("replicate", replicate_gain, trial_s)],
+                  tolerated / (remaining * trial_s))
+    if best.kind != "stop":
+        return None
+    return (f"another restart is worth less than it costs: at best "
+            f"{max(new_gain, replicate_gain):.3%} expected gain for "
+            f"{trial_s / 60:.0f} node-minutes, under {tolerated / remaining:.4%} "
+            f"(sweep.stop_when_sure {stop_when_sure:g} tolerates {tolerated:.3%} expected "
+            f"loss over the {remaining} restarts left)")
 
 
 def stop_reason(best: Starts, others: Sequence[Starts], tau2: float,

@@ -91,6 +91,7 @@ class ModelSampler(BaseSampler):
         self._enc: Encoder | None = None
         self._plans: dict[int, Plan | None] = {}
         self._sources: dict[int, str] = {}
+        self._gains: dict[str, float] | None = None
 
     # --- Optuna's interface -------------------------------------------------------------
     def reseed_rng(self) -> None:
@@ -147,8 +148,16 @@ class ModelSampler(BaseSampler):
 
     def _plan(self, study: optuna.Study, trial: FrozenTrial) -> Plan | None:
         if trial.number not in self._plans:
+            self._gains = None
             plan = self._make_plan(study)
             self._plans[trial.number] = plan
+            if self._gains is not None:
+                # what another restart is expected to buy, for the stop rule
+                # (run/decide.stop_state reads it back from the study; Optuna's own
+                # samplers keep their state in system attrs the same way)
+                storage = study._storage  # noqa: SLF001
+                storage.set_trial_system_attr(trial._trial_id, A.GAINS,  # noqa: SLF001
+                                              self._gains)
             self._sources[trial.number] = "tpe" if plan is None else \
                 "racing" if plan.replicate_of is not None else "model"
         return self._plans[trial.number]
@@ -188,6 +197,8 @@ class ModelSampler(BaseSampler):
         ei = np.where(open_, ei, -1.0)
         explore = float(ei.max()) * self._endgame(study, finished) ** 2
         call = self._race(history, model)
+        self._gains = {"new": max(float(ei.max()), 0.0),
+                       "replicate": call.value if call is not None else 0.0}
         if call is not None and (call.value > explore or not open_.any()):
             obs = next(o for o in model.obs if o.config_id == call.key)
             params = dict(next(t for t in trials if t.number == obs.trials[0]).params)
