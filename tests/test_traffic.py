@@ -113,29 +113,69 @@ def test_each_trial_measures_every_level_on_one_start(traffic: Path) -> None:
     assert study.metric_names == ["tok/s per request, mix 1:50% 16:50%"]
 
 
+LABELS = {"baseline (no speculation)": None, "steps=3 topk=2 draft=7": TREE,
+          "steps=1 topk=1 draft=2": CHAIN}
+
+
+def _recorded_winner(study: optuna.Study, level: int) -> str:
+    """The label of the trial with the highest recorded mean tok/s per request at
+    ``level`` (each configuration measured once here): what every output must name."""
+    done = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    best = max(done, key=lambda t: t.user_attrs["levels"][str(level)]["per_request"]["mean"])
+    steps = best.params.get("speculative-num-steps")
+    return next(label for label, cfg in LABELS.items()
+                if (cfg or {}).get("speculative-num-steps") == steps)
+
+
+def test_the_model_puts_the_tree_first_at_1_and_the_chain_first_at_16(tmp_path: Path) -> None:
+    """The physics the study below is built on, from the simulator's model (noise off):
+    what was measured is asserted on its recorded values, not on the wall clock, which on
+    a loaded machine caps the 16-stream figures (issue 26)."""
+    data = traffic_data(tmp_path)
+    profile = str(tmp_path / "drafttp.yaml")
+    assert Path(profile).exists(), data
+    per = {name: [expected_throughput(profile, {**ARGS, **cfg}, concurrency=c).tok_s
+                  for c in (1, 16)]
+           for name, cfg in (("tree", TREE), ("chain", CHAIN))}
+    plain = {k: v for k, v in ARGS.items() if not k.startswith("speculative-")}
+    per["baseline"] = [expected_throughput(profile, plain, concurrency=c).tok_s
+                       for c in (1, 16)]
+    assert per["tree"][0] > per["chain"][0] and per["tree"][0] > per["baseline"][0]
+    assert per["chain"][1] > per["tree"][1] and per["chain"][1] > per["baseline"][1]
+
+
 def test_status_export_note_and_report_agree_on_the_winner_per_level(
         traffic: Path, tmp_path: Path) -> None:
+    study = load(traffic.parent / "t.db")
+    winner = {level: _recorded_winner(study, level) for level in (1, 16)}
     status = run_cli("status", "--study", str(traffic))
     assert status.returncode == 0, status.stderr
     at1, at16 = _level_line(status.stdout, 1), _level_line(status.stdout, 16)
-    assert "steps=3 topk=2 draft=7" in at1, status.stdout
-    assert "steps=1 topk=1 draft=2" in at16, status.stdout
+    assert winner[1] in at1, status.stdout
+    assert winner[16] in at16, status.stdout
 
-    for level, steps in ((1, 3), (16, 1)):
+    for level in (1, 16):
         out = tmp_path / f"at{level}.yaml"
         proc = run_cli("export", "--study", str(traffic), "--at", str(level), "-o", str(out))
         assert proc.returncode == 0, proc.stderr + proc.stdout
-        assert yaml.safe_load(out.read_text())["speculative-num-steps"] == steps
+        cfg = LABELS[winner[level]]
+        exported = yaml.safe_load(out.read_text())
+        assert exported.get("speculative-num-steps") == (cfg or {}).get(
+            "speculative-num-steps"), out.read_text()
         assert f"Winner at concurrency {level}" in out.read_text()
         assert _level_line(proc.stdout, level) == _level_line(status.stdout, level)
 
-    study = load(traffic.parent / "t.db")
     note = note_of(study)
     assert "### Winner per level" in note
     assert _level_line(note.replace("- At", "At"), 1) == at1.strip()
     assert _level_line(note.replace("- At", "At"), 16) == at16.strip()
-    assert "@1 steps=3 topk=2 draft=7, @16 steps=1 topk=1 draft=2" in \
-        study.user_attrs["sweeper:winner"]
+    said = study.user_attrs["sweeper:winner"]
+    at = {1: said.split("@1 ", 1)[1].split(", @16 ", 1)[0], 16: said.split("@16 ", 1)[1]}
+    for level, w in winner.items():
+        if LABELS[w] is None:
+            assert "steps=" not in at[level], said
+        else:
+            assert at[level].startswith(w), said
 
     report = run_cli("report", "--study", str(traffic), "-o", str(tmp_path / "rep"))
     assert report.returncode == 0, report.stderr
@@ -143,7 +183,8 @@ def test_status_export_note_and_report_agree_on_the_winner_per_level(
     page = (tmp_path / "rep" / "report.html").read_text()
     assert 'id="fig-traffic"' in page and 'id="winner-per-level"' in page
     table = page.split('id="winner-per-level"')[1].split("</table>")[0]
-    assert table.index("steps=3 topk=2 draft=7") < table.index("steps=1 topk=1 draft=2")
+    rows = [r for r in table.split("<tr")[1:] if "<td" in r]
+    assert len(rows) == 2 and winner[1] in rows[0] and winner[16] in rows[1], table
 
 
 def test_adaptive_export_refuses_winners_that_differ_in_topk(traffic: Path,
