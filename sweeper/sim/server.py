@@ -75,6 +75,11 @@ class SimHTTPServer(ThreadingHTTPServer):
 class SimHandler(NativeRoutes):
     protocol_version = "HTTP/1.1"
     server: SimHTTPServer
+    # TCP_NODELAY, as SGLang's uvicorn (uvloop/asyncio transports) sets on every connection.
+    # With Nagle on, a response's headers and its first body write are two small segments:
+    # the second waits for the client's ACK, which a kept-alive connection delays 40 ms, so
+    # a pooled client saw every first token 40 ms after the prefill and a fresh one did not.
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:
         # no access log: /health polls must not look like progress to a hang watchdog

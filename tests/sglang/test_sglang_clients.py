@@ -134,4 +134,8 @@ def test_bench_one_batch_server_agrees_with_sweeper_bench(
     # tokens over the time after the first token: sweeper's decode tok/s
     assert got["output_throughput"] == pytest.approx(ours["decode_tok_s"]["mean"], rel=0.03)
     # SGLang writes the server's average rounded to two places (module docstring)
+    NOTES.append(f"bench_one_batch_server on the simulator: output_throughput "
+                 f"{got['output_throughput']:.1f} tok/s, last_ttft {got['last_ttft']:.4f} s "
+                 f"(sweeper bench decode {ours['decode_tok_s']['mean']:.1f} tok/s, TTFT "
+                 f"{ours['ttft_s']['mean']:.4f} s)")
     assert got["acc_length"] == round(sweeper_figures["chat"]["accept_length"], 2)
