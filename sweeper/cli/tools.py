@@ -56,24 +56,52 @@ def validate(study: StudyOpt) -> None:
     short = decode_log_warning(b.max_tokens, spec.server.args)
     if short:
         err.print(f"warning: {spec.path}: {short}", markup=False, soft_wrap=True)
-    out.print(f"  {_plan_text(spec, space)}", markup=False)
+    count = _space_size(space)
+    over = model_limit_note(spec.sweep.sampler, count)
+    if over:
+        err.print(f"warning: {spec.path}: {over}", markup=False, soft_wrap=True)
+    out.print(f"  {_plan_text(spec, space, count)}", markup=False)
 
 
-def _plan_text(spec: Any, space: Any, trials: int = 40) -> str:
-    """The space's size and the node time of the study as written (``optimize``'s
-    default of 40 trials, the confirm phase the study asks for)."""
-    from sweeper.run.confirm import confirm_plan
-    from sweeper.search.nodetime import Costs, plan_seconds
+def _space_size(space: Any) -> int | None:
+    """Distinct configurations, counted up to one past the model sampler's limit; None
+    for a continuous range."""
+    from sweeper.search.model.candidates import MAX_CANDIDATES
 
     seen: set[str] = set()
     try:
         for _, eff in space.configurations():
             seen.add(repr(sorted(eff.items())))
-            if len(seen) > 1_000_000:
+            if len(seen) > MAX_CANDIDATES:
                 break
-        size = f"{len(seen):,}{'+' if len(seen) > 1_000_000 else ''} configurations"
     except TypeError:
+        return None
+    return len(seen)
+
+
+def model_limit_note(sampler: str, count: int | None) -> str | None:
+    """The model sampler scores every configuration of the space; past its limit it hands
+    the whole study to TPE, which searches far worse: say so before anything starts."""
+    from sweeper.search.model.candidates import MAX_CANDIDATES
+
+    if sampler != "model" or count is None or count <= MAX_CANDIDATES:
+        return None
+    return (f"sweep.sampler model: the space has more than {MAX_CANDIDATES:,} configurations, "
+            "more than the model sampler scores, so TPE samples it alone; fix dimensions "
+            "that do not matter (server.args) or narrow their choices")
+
+
+def _plan_text(spec: Any, space: Any, count: int | None, trials: int = 40) -> str:
+    """The space's size and the node time of the study as written (``optimize``'s
+    default of 40 trials, the confirm phase the study asks for)."""
+    from sweeper.run.confirm import confirm_plan
+    from sweeper.search.model.candidates import MAX_CANDIDATES
+    from sweeper.search.nodetime import Costs, plan_seconds
+
+    if count is None:
         size = "a continuous range (not countable)"
+    else:
+        size = f"{count:,}{'+' if count > MAX_CANDIDATES else ''} configurations"
     b, sw = spec.benchmark, spec.sweep
     plan = confirm_plan(spec)
     restarts = trials + plan.restarts  # the baseline is one of the trials
