@@ -155,7 +155,9 @@ def test_flush_cache_timeout_waits_for_idle(spawn) -> None:
 
     def long_request() -> None:
         try:
-            generate_ids(server.url, [1], 300)
+            # seconds long: the server must still be busy when the 0.01 s flush asks (300
+            # tokens, ~0.3 s, sometimes ended between the busy check and that flush)
+            generate_ids(server.url, [1], 3000)
         finally:
             done.set()
 
