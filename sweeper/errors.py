@@ -19,6 +19,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+ERROR_CHARS = 1000
+
+
+def one_line(text: str, limit: int = ERROR_CHARS) -> str:
+    """An error message as one printable line of at most ``limit`` characters, whatever it
+    quotes (a host's multi-line output, a study value with escape sequences)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    flat = " / ".join(lines)
+    flat = "".join(c if c.isprintable() else repr(c)[1:-1] for c in flat[:limit + 1])
+    return flat if len(flat) <= limit else flat[:limit] + "…"
+
 
 class SweeperError(Exception):
     """Base of every error sweeper raises on purpose."""
@@ -158,3 +169,8 @@ class BenchmarkInterrupted(KeyboardInterrupt):
     @property
     def runs(self) -> int:
         return sum(len(v) for v in self.levels.values())
+
+
+class ConfirmFailed(SweeperError):
+    """Every configuration of a confirm phase failed a fresh start: no verdict to give
+    (the host is the likelier culprit). The sweep's measurements are kept."""

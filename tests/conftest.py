@@ -40,7 +40,9 @@ def demo_study_data(tmp: Path, **overrides: Any) -> dict[str, Any]:
             "launcher": SIM_LAUNCHER,
             "port": free_port(),
             "startup_timeout": duration(30),
-            "hang_timeout": duration(4),
+            # the simulator logs within a second; a loaded machine can hold a start back for
+            # seconds, and none of these spaces hangs (a test of hangs sets its own)
+            "hang_timeout": duration(20),
             "stop_grace": "5s",
             # 60-token runs are shorter than SGLang 0.5.23's default decode-log interval
             # (40 iterations, counted afresh after each /flush_cache): without a decode line

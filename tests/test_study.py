@@ -83,7 +83,7 @@ def test_demo_study_shape() -> None:
     spec = load_study(str(STUDIES / "demo.yaml"))
     assert spec.hosts[0].is_local and not spec.hosts[0].is_placeholder
     assert spec.server.launcher == "{python} -m sweeper.sim --sim-profile demo"
-    assert spec.server.startup_timeout == 60.0 and spec.server.hang_timeout == 8.0
+    assert spec.server.startup_timeout == 60.0 and spec.server.hang_timeout == 30.0
     assert spec.server.args["tp-size"] == 4
     assert spec.space["attn-dp-size"].choices == (1, 4)
     assert spec.benchmark.max_tokens == 200 and spec.benchmark.runs == 10

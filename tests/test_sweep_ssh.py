@@ -19,7 +19,7 @@ from sweeper.study import parse_study
 
 from .conftest import demo_study_data, group_alive, recorded_pgids, streaming_trial, wait_for
 from .test_optimize import failing_point
-from .timeouts import scaled
+from .timeouts import duration, scaled
 
 HANG = {"speculative-num-steps": 2, "speculative-eagle-topk": 1,
         "speculative-num-draft-tokens": 3, "attn-dp-size": 4,  # the draft on one GPU
@@ -60,7 +60,7 @@ def test_sweep_over_ssh_classifies_oom_and_hang(sshd, tmp_path: Path) -> None:
              "env.NCCL_ALGO": {"choices": ["unset", "Ring", "NVLSTree"]}}
     oom = {**oom, "attn-dp-size": 1, "env.NCCL_ALGO": "unset"}
     spec = ssh_study(tmp_path, space=space, start_from=[oom, HANG],
-                     server={"hang_timeout": "3s"})
+                     server={"hang_timeout": duration(4)})
     host = sshd.ssh_host("gpu-test")
     summary = sweep(opened(spec, 4, host))
     assert summary.finished == 4

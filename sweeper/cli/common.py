@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 
 from sweeper import __version__
-from sweeper.errors import InputError, SweeperError
+from sweeper.errors import InputError, SweeperError, one_line
 
 if TYPE_CHECKING:
     from sweeper.study import StudySpec
@@ -77,18 +77,6 @@ def export_command(study: str, storage: str | None, spec: StudySpec) -> str:
     if storage is not None and storage != spec.storage:
         words += ["--storage", public_url(storage)]
     return shlex.join([*words, "-o", "best.yaml"])
-
-
-ERROR_CHARS = 1000
-
-
-def one_line(text: str, limit: int = ERROR_CHARS) -> str:
-    """An error message as one printable line of at most ``limit`` characters, whatever it
-    quotes (a host's multi-line output, a study value with escape sequences)."""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    flat = " / ".join(lines)
-    flat = "".join(c if c.isprintable() else repr(c)[1:-1] for c in flat[:limit + 1])
-    return flat if len(flat) <= limit else flat[:limit] + "…"
 
 
 def errors(fn: F) -> F:

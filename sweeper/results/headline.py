@@ -273,7 +273,7 @@ def _simplest(study: optuna.Study, trials: list[FrozenTrial],
     start = next((t for t in trials if t.user_attrs.get(A.ROLE) == A.START_FROM
                   and t.user_attrs.get(A.EFFECTIVE)), None)
     defaults = dict(start.user_attrs[A.EFFECTIVE]) if start is not None else {}
-    lossy = set((study.user_attrs.get(A.CONFIRMED) or {}).get("lossless_mismatches") or {})
+    lossy = set(R.cannot_win(study.user_attrs.get(A.CONFIRMED)))
     pool = [r for r in R.config_results(trials) if r.config_id not in lossy]
     best = next((r for r in pool if r.config_id == v.best.config_id), v.best)
     return simplest_tied(best, pool, defaults)

@@ -244,7 +244,7 @@ def _confirm_rows(confirmed: dict[str, Any] | None,
     fresh = R.config_results([t for t in trials if t.user_attrs.get(A.CONFIRM)
                               and t.number in numbers])
     base = R.baseline_result(fresh)
-    lossy = confirmed.get("lossless_mismatches") or {}
+    out = R.cannot_win(confirmed)
     rows = []
     for r in sorted(fresh, key=lambda r: r.stats.mean, reverse=True):
         st = r.stats
@@ -254,10 +254,19 @@ def _confirm_rows(confirmed: dict[str, Any] | None,
             "mean tok/s": st.mean, "95% CI": "-" if st.n < 2 or math.isnan(st.ci_low) else
             f"{st.ci_low:.1f}–{st.ci_high:.1f}",
             "vs baseline": "base" if r.is_baseline else R.fmt_ratio(R.speedup_over(r, base)),
-            "lossless": "-" if r.is_baseline else (
-                "same outputs" if not lossy.get(r.config_id) else
-                f"differs on prompts {lossy[r.config_id]}: cannot win"),
+            "lossless": f"{out[r.config_id]}: cannot win" if r.config_id in out else
+            "-" if r.is_baseline else "same outputs",
             "trials": ", ".join(map(str, r.trials))})
+    # a configuration whose every fresh start failed has no runs to show: its failed trial
+    # says what it was
+    shown = {r.config_id for r in fresh}
+    for t in trials:
+        cid = t.user_attrs.get(A.CONFIG_ID)
+        if t.user_attrs.get(A.CONFIRM) and cid in out and cid not in shown:
+            shown.add(cid)
+            rows.append({"configuration": R.short_params(t.user_attrs.get(A.EFFECTIVE, t.params)),
+                         "runs": 0, "mean tok/s": math.nan, "95% CI": "-", "vs baseline": "-",
+                         "lossless": f"{out[cid]}: cannot win", "trials": str(t.number)})
     return rows
 
 

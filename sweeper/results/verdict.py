@@ -230,12 +230,23 @@ def study_goal(study: optuna.Study) -> Objective:
     return Objective.from_signature(study.user_attrs.get(A.OBJECTIVE))
 
 
+def cannot_win(confirmed: dict[str, Any] | None) -> dict[str, str]:
+    """The configurations the last confirm phase ruled out (run/confirm.py), and why:
+    outputs unlike the baseline's at temperature 0, or a fresh start that failed."""
+    confirmed = confirmed or {}
+    out = {cid: f"differs on prompts {prompts}" for cid, prompts in
+           (confirmed.get("lossless_mismatches") or {}).items() if prompts}
+    for cid, why in (confirmed.get("failed_starts") or {}).items():
+        out.setdefault(cid, f"a fresh start failed ({str(why).split(':')[0]})")
+    return out
+
+
 def verdict(study: optuna.Study, objective: str = "mean",
             trials: Sequence[FrozenTrial] | None = None) -> Verdict:
     trials = trials if trials is not None else study.get_trials(deepcopy=False)
     confirmed = study.user_attrs.get(A.CONFIRMED)
     goal = study_goal(study)
-    lossy = set((confirmed or {}).get("lossless_mismatches") or {})
+    lossy = set(cannot_win(confirmed))
     if len(goal.levels) > 1:
         pooled = [r for r in config_results(trials) if r.config_id not in lossy]
         per_level = level_winners(pooled, goal.levels)

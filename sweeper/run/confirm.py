@@ -21,7 +21,13 @@ import optuna
 from optuna.trial import FrozenTrial
 
 import sweeper.results.verdict as R
-from sweeper.errors import InputError
+from sweeper.errors import (
+    ConfigurationFailure,
+    ConfirmFailed,
+    InfrastructureError,
+    InputError,
+    one_line,
+)
 from sweeper.launch import LaunchConfig
 from sweeper.measure import BenchResult, compare_outputs
 from sweeper.measure.stats import (
@@ -51,6 +57,7 @@ class Candidate:
     starts: list[list[float]] = field(default_factory=list)  # this phase's runs by visit
     texts: dict[int, str] = field(default_factory=dict)  # prompt index -> output
     trials: list[int] = field(default_factory=list)  # this phase's trials of it
+    failed: str = ""  # why a fresh start of it failed in this phase ("" when none did)
 
     @property
     def stats(self) -> Stats:
@@ -69,6 +76,11 @@ class ConfirmOutcome:
     speedups: dict[str, Ratio | None]
     lossless_mismatches: dict[str, list[int]]
     aggregate: str = "mean"  # the study's statistic of the runs, which ranks them
+
+    @property
+    def failed(self) -> dict[str, str]:
+        """The configurations a fresh start of failed in this phase, and why."""
+        return {c.result.config_id: c.failed for c in self.candidates if c.failed}
 
     def value(self, c: Candidate) -> float:
         return c.value(self.aggregate)
@@ -199,12 +211,28 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2) -> Con
         order = cands[rnd % len(cands):] + cands[:rnd % len(cands)]
         for cand in order:
             label = R.short_params(cand.result.effective)
-            m, number = _visit(sweep, cand, f"confirm-{cand.result.config_id}-{rnd}", bench,
-                               f"confirm round {rnd + 1}/{rounds}: {label}: ",
-                               R.next_prompt_round(study.get_trials(deepcopy=False),
-                                                   cand.result.config_id))
-            cand.trials.append(number)
             visits += 1
+            if cand.failed:  # its later visits are not made: it cannot win
+                sweep.report.progress(visits, total)
+                continue
+            try:
+                m, number = _visit_retrying(
+                    sweep, cand, f"confirm-{cand.result.config_id}-{rnd}", bench,
+                    f"confirm round {rnd + 1}/{rounds}: {label}: ",
+                    R.next_prompt_round(study.get_trials(deepcopy=False),
+                                        cand.result.config_id))
+            except ConfigurationFailure as exc:
+                # A configuration that served in the sweep and fails a fresh start now
+                # (a hang, an OOM at a start's own memory layout, a crash) is one a
+                # production launch cannot trust: it is recorded (the failed trial), left
+                # out of the winner, and the phase goes on with the others. Ending the
+                # whole run here would lose the verdict on everything else measured.
+                cand.failed = f"{exc.kind}: {one_line(str(exc), 300)}"
+                sweep.report.line(f"confirm {rnd + 1}/{rounds}: {label}: a fresh start "
+                                  f"failed ({one_line(str(exc), 300)}): it cannot win")
+                sweep.report.progress(visits, total)
+                continue
+            cand.trials.append(number)
             sweep.report.progress(visits, total)
             ok_runs = sweep.recorder.series(m)  # the objective's runs (every level)
             cand.runs.extend(ok_runs)
@@ -215,7 +243,15 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2) -> Con
                               f"{summarize(ok_runs).mean:.1f} tok/s")
     sweep.stop_server()
     base = next((c for c in cands if c.result.is_baseline), None)
-    contenders = [c for c in cands if not c.result.is_baseline]
+    # the ones a fresh start of failed are not contenders: a winner must start every time
+    contenders = [c for c in cands if not c.result.is_baseline and not c.failed]
+    if base is not None and not base.runs:
+        base = None  # it failed its every fresh start: nothing to compare the outputs with
+    if not contenders and base is None:
+        raise ConfirmFailed(
+            "every configuration of the confirm phase failed a fresh start ("
+            + "; ".join(f"{R.short_params(c.result.effective)}: {c.failed}" for c in cands)
+            + "): the host may be in trouble; check it, then run `sweeper confirm`")
     mismatches: dict[str, list[int]] = {}
     if base is not None:
         keys = sorted(base.texts)
@@ -242,8 +278,9 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2) -> Con
         winner = base  # nothing lossless beat "no speculation": export that, honestly
     if winner is None:  # no baseline to compare with: nothing could be checked
         winner = max(contenders, key=lambda c: c.value(agg))
-    speedups = {c.result.config_id: (speedup(c.runs, base.runs) if base and c is not base
-                                     else None) for c in cands}
+    speedups = {c.result.config_id: (speedup(c.runs, base.runs)
+                                     if base and c is not base and c.runs else None)
+                for c in cands}
     # The verdict's state stays small (the dashboard lists study attributes); the whole
     # phase, every run included, is a study artifact (confirm.json) beside it.
     study.set_user_attr(A.CONFIRMED, {
@@ -251,19 +288,39 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2) -> Con
         "leaders": [c.result.config_id for c in contenders],
         "trials": {c.result.config_id: c.trials for c in cands},
         "lossless_mismatches": {k: v for k, v in mismatches.items() if v},
+        "failed_starts": {c.result.config_id: c.failed for c in cands if c.failed},
         "runs_per_config": runs, "rounds": rounds,
     })
     sweep.recorder.upload_study_json("confirm.json", {
         "winner": winner.result.config_id, "runs_per_config": runs, "rounds": rounds,
         "results": [{"config_id": c.result.config_id, "effective": c.result.effective,
                      "baseline": c.result.is_baseline, "runs": c.runs, "trials": c.trials,
-                     "mean": c.stats.mean, "ci95": [c.stats.ci_low, c.stats.ci_high],
+                     "mean": c.stats.mean if c.runs else None,
+                     "ci95": [c.stats.ci_low, c.stats.ci_high] if c.runs else None,
                      "speedup": _ratio_dict(speedups.get(c.result.config_id)),
-                     "lossless_mismatches": mismatches.get(c.result.config_id, [])}
+                     "lossless_mismatches": mismatches.get(c.result.config_id, []),
+                     "failed_start": c.failed or None}
                     for c in cands]})
     with contextlib.suppress(Exception):  # the dashboard's note is a courtesy
         mark_best(study, sweep.bench_spec.aggregate)
     return ConfirmOutcome(cands, base, winner, speedups, mismatches, agg)
+
+
+def _visit_retrying(sweep: HostSession, cand: Candidate, tag: str, bench: Any, label: str,
+                    first_round: int) -> tuple[Measurement, int]:
+    """A visit, made again (up to ``sweep.max_retries`` times) when the infrastructure
+    failed it (an SSH cut, a port taken): as in the sweep, that is not the configuration's
+    fault. The failed attempt stays a failed trial; the last fault is raised."""
+    for attempt in range(sweep.spec.sweep.max_retries + 1):
+        try:
+            return _visit(sweep, cand, tag if not attempt else f"{tag}-again{attempt}", bench,
+                          label, first_round)
+        except InfrastructureError as exc:
+            if attempt >= sweep.spec.sweep.max_retries:
+                raise
+            sweep.report.line(f"{label}{exc.kind}: {one_line(str(exc))}; measuring it again")
+            sweep.stop_server()
+    raise AssertionError("unreachable")
 
 
 def _visit(sweep: HostSession, cand: Candidate, tag: str, bench: Any,
@@ -288,6 +345,18 @@ def _visit(sweep: HostSession, cand: Candidate, tag: str, bench: Any,
     return m, slot.number
 
 
+def _verdict_note(outcome: ConfirmOutcome, c: Candidate) -> str:
+    """The confirm table's last column: what the phase says of ``c`` beyond its speed."""
+    if c.failed:
+        return f"a fresh start failed ({c.failed.split(':')[0]}): cannot win"
+    if c.result.is_baseline:
+        return "-"
+    if outcome.baseline is None:
+        return "not checked (no baseline)"
+    mism = outcome.lossless_mismatches.get(c.result.config_id)
+    return f"differs on prompts {mism}: cannot win" if mism else "same outputs"
+
+
 def _ratio_dict(r: Ratio | None) -> dict[str, float] | None:
     return None if r is None else {"ratio": r.ratio, "low": r.low, "high": r.high}
 
@@ -307,8 +376,10 @@ def print_confirm(console: Any, outcome: ConfirmOutcome) -> None:
     from sweeper.results.status import WIDE, shared_knobs
 
     wide = console.width >= WIDE
-    ordered = sorted(outcome.candidates, key=outcome.value, reverse=True)
-    contenders = [c for c in ordered if not c.result.is_baseline]
+    # the ones with no fresh run (every fresh start failed) last
+    ordered = sorted(outcome.candidates, reverse=True,
+                     key=lambda c: (bool(c.runs), outcome.value(c) if c.runs else 0.0))
+    contenders = [c for c in ordered if not c.result.is_baseline and not c.failed]
     same = {} if wide else shared_knobs([c.result.effective for c in contenders])
     title = "confirm phase (fresh, interleaved runs only)"
     if wide:
@@ -321,8 +392,7 @@ def print_confirm(console: Any, outcome: ConfirmOutcome) -> None:
         # never cut: what is cut is what tells two contenders apart
         labels = [len(compact_params(c.result.effective, frozenset(same))) + len(" ◀ winner")
                   for c in ordered]
-        notes = [len(f"differs on prompts {m}: cannot win")
-                 for m in outcome.lossless_mismatches.values() if m]
+        notes = [len(_verdict_note(outcome, c)) for c in ordered]
         # its longest label on one line when the other columns leave room: runs, tok/s
         # and vs base take ~30 characters with their gaps, the lossless note up to 24
         room = console.width - 30 - min(24, max([14, *notes]))
@@ -333,19 +403,19 @@ def print_confirm(console: Any, outcome: ConfirmOutcome) -> None:
         table.add_column("vs base", justify="right", no_wrap=True)
         table.add_column("lossless", overflow="fold", max_width=22)
     for c in ordered:
-        mism = outcome.lossless_mismatches.get(c.result.config_id)
-        lossless = "-" if c.result.is_baseline else (
-            "same outputs" if not mism else f"[red]differs on prompts {mism}: cannot win[/]")
+        note = _verdict_note(outcome, c)
+        lossless = f"[red]{escape(note)}[/]" if note.endswith("cannot win") else note
         mark = " ◀ winner" if c is outcome.winner else ""
         ratio = outcome.speedups.get(c.result.config_id)
         if wide:
-            table.add_row(R.short_params(c.result.effective) + mark, str(c.stats.n),
-                          R.fmt_tok_s(c.stats), R.fmt_ratio(ratio), lossless)
+            table.add_row(R.short_params(c.result.effective) + mark, str(len(c.runs)),
+                          R.fmt_tok_s(c.stats) if c.runs else "-", R.fmt_ratio(ratio),
+                          lossless)
             continue
-        speed = (f"{c.stats.mean:.0f}±{c.stats.ci_half_width:.0f}" if c.stats.n >= 2
-                 else R.fmt_tok_s(c.stats))
+        speed = ("-" if not c.runs else R.fmt_tok_s(c.stats) if len(c.runs) < 2
+                 else f"{c.stats.mean:.0f}±{c.stats.ci_half_width:.0f}")
         table.add_row(escape(compact_params(c.result.effective, frozenset(same))) + mark,
-                      str(c.stats.n), speed, R.fmt_ratio(ratio).split(" ")[0], lossless)
+                      str(len(c.runs)), speed, R.fmt_ratio(ratio).split(" ")[0], lossless)
     if same:
         console.print("[dim]every contender below has "
                       f"{escape(' '.join(compact_parts(same)) or 'NCCL defaults')}[/]",
@@ -359,6 +429,10 @@ def print_confirm(console: Any, outcome: ConfirmOutcome) -> None:
                           f"[{(tie.low - 1) * 100:+.1f}, {(tie.high - 1) * 100:+.1f}]: within "
                           "the noise, a tie; more confirm runs would separate them.[/]",
                           soft_wrap=False)  # wrapped at words to the terminal's width
+    if outcome.failed:
+        console.print("[red]warning: a fresh start of some configurations failed in the "
+                      "confirm phase; a launch must start every time: they are left out of "
+                      "the winner.[/]", soft_wrap=False)
     if any(outcome.lossless_mismatches.values()):
         console.print("[red]warning: some configurations changed temperature-0 outputs; "
                       "speculative decoding should be lossless — check the draft model. "

@@ -71,6 +71,9 @@ def create_study(storage: optuna.storages.BaseStorage, spec: StudySpec, space: S
                  sampler: optuna.samplers.BaseSampler, simulated: bool) -> optuna.Study:
     """The study in ``storage`` (created, or loaded when it exists): a new one gets its
     signature and its first trials, the baseline then the study's start_from points."""
+    # every command that opens a session (optimize, confirm) reports for itself: Optuna's
+    # "[I ...] Using an existing study" would be a second, unasked voice on stderr
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     # pareto: Optuna's multi-objective study (per-request against total tok/s)
     study = optuna.create_study(storage=storage, study_name=spec.name,
                                 directions=["maximize"] * len(spec.objective.metric_names()),
