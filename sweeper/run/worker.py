@@ -8,10 +8,8 @@ import contextlib
 import optuna
 from optuna.trial import TrialState
 
-from sweeper.results import attrs as A
 from sweeper.results.hosts import record_host
-from sweeper.run.interrupted import kept_line, kept_runs
-from sweeper.run.reconcile import requeue
+from sweeper.run.interrupted import record_interrupted
 from sweeper.run.session import HostSession
 
 
@@ -51,15 +49,7 @@ class Worker:
             with contextlib.suppress(Exception):
                 t = self.study.get_trials(deepcopy=False)[number]
                 if t.state == TrialState.RUNNING:
-                    # the runs its benchmark completed (run/trial.py), kept before the FAIL
-                    kept = kept_runs(getattr(s.measurer, "partial", {}))
-                    if kept:
-                        s.recorder.set(s.recorder.slot_of(number),
-                                       **{A.INTERRUPTED_RUNS: kept})
-                    s.recorder.fail(s.recorder.slot_of(number), "interrupted",
-                                    "interrupted by the user (Ctrl-C / SIGTERM)")
-                    requeue(self.study, t, count_attempt=False,
-                            extra={A.INTERRUPTED_RUNS: kept} if kept else None)
-                    if kept:
-                        s.line(kept_line(number, kept))
+                    # the runs its benchmark completed so far (run/trial.py)
+                    record_interrupted(s, s.recorder.slot_of(number), t,
+                                       getattr(s.measurer, "partial", {}))
         s.measurer.stop(best_effort=True)
