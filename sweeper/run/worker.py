@@ -1,5 +1,5 @@
 """One host's worker in the trial loop (run/workers.py): its session, the trial it runs,
-its repeats in a row and why it was retired; and the two signals of claiming a trial."""
+its repeats in a row and why it was retired."""
 
 from __future__ import annotations
 
@@ -11,14 +11,6 @@ from optuna.trial import TrialState
 from sweeper.results.hosts import record_host
 from sweeper.run.interrupted import record_interrupted
 from sweeper.run.session import HostSession
-
-
-class NoRoom(Exception):
-    """The budget has no trial left for this worker to start."""
-
-
-class Busy(Exception):
-    """Every proposal is already being measured elsewhere: wait, then ask again."""
 
 
 class Worker:
