@@ -5,6 +5,10 @@ it, as ``interrupted_runs`` ({"<concurrency>": [per-request tok/s, ...]}), so th
 (and a reader of the study) has them; and the sweeper says so in one line. Too few to stand
 for a measurement of their own (a benchmark's runs are the unit the statistics compare),
 they are not told as the trial's value.
+
+``record_interrupted`` is that bookkeeping, once, for both places a Ctrl-C reaches a
+trial: the thread running it (run/step.py) and the pool stopping its workers from the
+main thread (run/worker.py, ``Worker.interrupt``).
 """
 
 from __future__ import annotations
