@@ -380,7 +380,7 @@ class EmulatedMeasurer:
 
     def _rounds(self, first: int, n: int, level: int) -> list[tuple[int, list[int]]]:
         """(position, prompt indices) of ``n`` runs at ``level`` from round ``first`` of the
-        study's one order, as measure/client.run_round sends them."""
+        study's one order, as measure/runner.Runner.run_round sends them."""
         prompts, c = self.truth.prompts, max(1, level)
         return [(((first + i) * c) % len(prompts), prompts.round_prompts(first + i, c))
                 for i in range(n)]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from sweeper.measure import BenchmarkError, run_benchmark
-from sweeper.measure.client import implausible_count
+from sweeper.measure.runner import implausible_count
 
 from .test_bench_http import DONE, PROMPTS, FakeServer, chunk, fake, send_sse, spec, usage
 

@@ -7,7 +7,9 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from optuna.trial import TrialState
 
@@ -29,18 +31,29 @@ def start_sweep(study_file: Path, trials: int) -> subprocess.Popen[str]:
                             start_new_session=True, preexec_fn=_as_at_a_terminal)
 
 
+def signal_mid_trial(proc: subprocess.Popen[str], db: Path, sig: int, within: float,
+                     what: str, ready: Callable[[Any], bool] = lambda t: True
+                     ) -> tuple[Any, str, str]:
+    """Send ``sig`` to the sweeper once a trial is mid-benchmark and ``ready`` (within
+    ``within`` s, scaled); wait for it to exit. Returns that trial (as read then) and the
+    sweeper's output; the sweeper's group is killed if it outlives the test."""
+    try:
+        victim = wait_for(lambda: (t := mid_benchmark(db, proc)) is not None and ready(t)
+                          and t, within, what)
+        os.kill(proc.pid, sig)
+        out, err = proc.communicate(timeout=scaled(60))
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return victim, out, err
+
+
 def test_sighup_records_requeues_and_stops_the_server(make_study, tmp_path: Path
                                                       ) -> None:  # noqa: ANN001
     study_file = make_study(benchmark={"max_tokens": 400, "runs": 3, "warmup": 1})
     db = tmp_path / "t.db"
     proc = start_sweep(study_file, 3)
-    try:
-        victim = wait_for(lambda: mid_benchmark(db, proc), 60, "a trial mid-way")
-        os.kill(proc.pid, signal.SIGHUP)
-        out, err = proc.communicate(timeout=scaled(60))
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    victim, out, err = signal_mid_trial(proc, db, signal.SIGHUP, 60, "a trial mid-way")
     assert proc.returncode == 130, f"trial {victim.number}\n{out}\n{err}"
     study = load(db)
     t = next(t for t in study.get_trials() if t.number == victim.number)
@@ -87,14 +100,8 @@ def test_ctrl_c_mid_trial_keeps_its_completed_runs(make_study, tmp_path: Path
     study_file = make_study(benchmark={"max_tokens": 300, "runs": 5, "warmup": 1})
     db = tmp_path / "t.db"
     proc = start_sweep(study_file, 3)
-    try:
-        victim = wait_for(lambda: (t := mid_benchmark(db, proc)) is not None
-                          and _rounds_begun(t) >= 4 and t, 90, "two measured runs done")
-        os.kill(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    victim, out, err = signal_mid_trial(proc, db, signal.SIGINT, 90, "two measured runs done",
+                                        ready=lambda t: _rounds_begun(t) >= 4)
     assert proc.returncode == 130, out + err
     study = load(db)
     t = next(t for t in study.get_trials() if t.number == victim.number)

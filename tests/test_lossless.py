@@ -18,8 +18,8 @@ import optuna
 import yaml
 
 from sweeper.search.space import SearchSpace
-from sweeper.sim.model import expected_throughput
 from sweeper.sim.profiles import PROFILE_DIR
+from sweeper.sim.truth import expected_throughput
 from sweeper.study import load_study
 
 from .conftest import demo_study_data, run_cli

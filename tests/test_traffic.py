@@ -23,8 +23,8 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from sweeper.sim.model import expected_throughput
 from sweeper.sim.profiles import PROFILE_DIR
+from sweeper.sim.truth import expected_throughput
 
 from .conftest import ROOT, SIM_LAUNCHER, demo_study_data, run_cli, wait_for
 

@@ -30,14 +30,13 @@ import contextlib
 import hashlib
 import math
 import re
-import time
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from sweeper.errors import CommandTimeout, InfrastructureError, PreflightError
 from sweeper.remote.host import CommandResult, Host
 from sweeper.remote.workdir import MARKER
+from sweeper.remote.wrapped import WrappedHost
 from sweeper.study.container import ContainerSpec
 from sweeper.study.slurm import SlurmSpec
 
@@ -106,21 +105,12 @@ def container_name(marker: str) -> str:
     return f"sweeper-{safe}-{digest}"
 
 
-class ContainerHost(Host):
+class ContainerHost(WrappedHost):
     """``inner`` (LocalHost or SSHHost) whose detached servers run in ``spec``'s image."""
 
-    listens_in_group = False  # the server runs under the runtime / slurmstepd
-
     def __init__(self, inner: Host, spec: ContainerSpec) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.spec = spec
-        self.name = inner.name
-
-    def __getattr__(self, attr: str) -> Any:
-        if attr == "inner":  # not set yet (copy, unpickling): no recursion
-            raise AttributeError(attr)
-        # what is not the Host contract (SSHHost.put_file, .session...) is the inner host's
-        return getattr(self.inner, attr)
 
     @property
     def runtime(self) -> list[str]:
@@ -145,11 +135,6 @@ class ContainerHost(Host):
                                          exit_path=exit_path,
                                          log_keep=log_keep)
 
-    def group_alive(self, pgid: int) -> bool:
-        # the wrapper lives as long as its container (docker wait); a container whose
-        # wrapper is gone is a stray, found by label (marked_groups)
-        return self.inner.group_alive(pgid)
-
     def stop_group(self, pgid: int, *, grace: float = 15.0) -> None:
         """Stop the container labelled with ``pgid`` (``stop -t grace``, then ``rm -f``),
         then the wrapper's group, unless that group is no longer a sweeper server's."""
@@ -160,15 +145,9 @@ class ContainerHost(Host):
             self.inner.run([*self.runtime, "stop", "-t", str(math.ceil(grace)), cid],
                            timeout=grace + 60)
             self.inner.run([*self.runtime, "rm", "-f", cid], timeout=60)
-        deadline = time.monotonic() + 30
-        while ids and self._ids(label):
-            if time.monotonic() > deadline:
-                raise InfrastructureError(f"{self.name}: the container of process group "
-                                          f"{pgid} survived `{self.spec.runtime} rm -f`")
-            time.sleep(0.2)
-        if not ids or pgid in self.inner.marked_groups(f"{MARKER}="):
-            # a label found but a dead wrapper: its pgid may now be someone else's
-            self.inner.stop_group(pgid, grace=grace)
+        self.stop_wrapper(pgid, ids, lambda: bool(self._ids(label)), seconds=30, poll=0.2,
+                          survived=f"the container of process group {pgid} survived "
+                                   f"`{self.spec.runtime} rm -f`", grace=grace)
 
     def marked_groups(self, needle: str) -> set[int]:
         found = set(self.inner.marked_groups(needle))
@@ -210,31 +189,18 @@ class ContainerHost(Host):
                 if "\t" in line]
 
     def _runtime(self, args: list[str], timeout: float) -> CommandResult:
-        """A runtime command that must work: InfrastructureError (retried, the host
-        retired when it persists) with the runtime's own words otherwise."""
-        argv = [*self.runtime, *args]
-        result = self.inner.run(argv, timeout=timeout)
-        if result.exit_code != 0:
-            detail = (result.stderr.strip() or result.stdout.strip()).splitlines()
-            raise InfrastructureError(
-                f"{self.name}: `{' '.join(argv[:len(self.runtime) + 2])} ...` failed "
-                f"(exit {result.exit_code}): {detail[-1][:300] if detail else 'no output'}")
-        return result
+        """A runtime command that must work (WrappedHost.checked)."""
+        return self.checked([*self.runtime, *args], timeout, len(self.runtime) + 2)
 
     # --- the preflight --------------------------------------------------------------------
     def check_image(self) -> None:
         """PreflightError unless the runtime answers and the image is on the node."""
         argv = [*self.runtime, "image", "inspect", "--format", "{{.Id}}", self.spec.image]
-        try:
-            result = self.inner.run(argv, timeout=60)
-        except CommandTimeout as exc:
-            raise PreflightError(f"host {self.name}: `{' '.join(argv)}` did not answer in "
-                                 "60s; is the container runtime's daemon up?") from exc
-        text = (result.stderr.strip() or result.stdout.strip()).splitlines()
+        result, text = self.preflight_run(
+            argv, silent="is the container runtime's daemon up?",
+            missing=f"{self.spec.runtime} is not installed there; install it or set "
+                    "hosts[].container.runtime")
         last = text[-1][:300] if text else ""
-        if result.exit_code == 127:
-            raise PreflightError(f"host {self.name}: {self.spec.runtime} is not installed "
-                                 "there; install it or set hosts[].container.runtime")
         if result.exit_code != 0 and _NOT_FOUND.search(last) and not _NO_DAEMON.search(last):
             raise PreflightError(
                 f"host {self.name}: image {self.spec.image} is not on the node ({last}); "
@@ -258,34 +224,6 @@ class ContainerHost(Host):
             with contextlib.suppress(InfrastructureError):
                 self.inner.run([*self.runtime, "rm", "-f", name], timeout=60)
             raise
-
-    # --- everything else is the host's ------------------------------------------------
-    def run(self, argv: Sequence[str], *, timeout: float = 60.0,
-            env: Mapping[str, str] | None = None) -> CommandResult:
-        return self.inner.run(argv, timeout=timeout, env=env)
-
-    def read_file(self, path: str, max_bytes: int = 16384) -> str | None:
-        return self.inner.read_file(path, max_bytes)
-
-    def file_size(self, path: str) -> int | None:
-        return self.inner.file_size(path)
-
-    def port_free(self, port: int, bind_host: str = "127.0.0.1") -> bool:
-        return self.inner.port_free(port, bind_host)
-
-    def makedirs(self, path: str) -> str:
-        return self.inner.makedirs(path)
-
-    def forward(self, port: int,
-                bind_host: str = "127.0.0.1") -> contextlib.AbstractContextManager[str]:
-        return self.inner.forward(port, bind_host)
-
-    def check_alive(self) -> None:
-        self.inner.check_alive()
-
-    def close(self) -> None:
-        self.inner.close()
-
 
 def wrap_host(host: Host, container: ContainerSpec | None = None,
               slurm: SlurmSpec | None = None) -> Host:

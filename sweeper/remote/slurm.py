@@ -23,11 +23,11 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
 
-from sweeper.errors import CommandTimeout, InfrastructureError, PreflightError
+from sweeper.errors import InfrastructureError, PreflightError
 from sweeper.remote.host import WILDCARDS, CommandResult, Host
 from sweeper.remote.workdir import MARKER
+from sweeper.remote.wrapped import WrappedHost
 from sweeper.study.slurm import SlurmSpec
 
 PREFIX = "sweeper:"  # every step's (or job's) name: sweeper:<pgid>:<marker>
@@ -39,21 +39,13 @@ WRAPPER = ('pgid=$(awk \'{sub(/^.*\\) /, ""); print $3}\' "/proc/$$/stat"); '
            'exec srun --job-name "sweeper:$pgid:$0" "$@"')
 
 
-class SlurmHost(Host):
+class SlurmHost(WrappedHost):
     """``inner`` (the login node) whose detached servers run as Slurm steps per ``spec``."""
 
-    listens_in_group = False  # the server runs under the runtime / slurmstepd
-
     def __init__(self, inner: Host, spec: SlurmSpec) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.spec = spec
-        self.name = inner.name
         self.node_addr: str | None = None  # where the current step runs
-
-    def __getattr__(self, attr: str) -> Any:
-        if attr == "inner":  # not set yet (copy, unpickling): no recursion
-            raise AttributeError(attr)
-        return getattr(self.inner, attr)
 
     # --- the server's step ---------------------------------------------------------------
     def _place(self) -> list[str]:
@@ -121,15 +113,8 @@ class SlurmHost(Host):
         return out
 
     def _slurm(self, argv: list[str], timeout: float) -> CommandResult:
-        result = self.inner.run(argv, timeout=timeout)
-        if result.exit_code != 0:
-            lines = (result.stderr.strip() or result.stdout.strip()).splitlines()
-            raise InfrastructureError(f"{self.name}: `{' '.join(argv[:2])} ...` failed (exit "
-                                      f"{result.exit_code}): {lines[-1][:300] if lines else ''}")
-        return result
-
-    def group_alive(self, pgid: int) -> bool:
-        return self.inner.group_alive(pgid)
+        """A Slurm command that must work (WrappedHost.checked)."""
+        return self.checked(argv, timeout, 2)
 
     def stop_group(self, pgid: int, *, grace: float = 15.0) -> None:
         """``scancel`` the step (or job) named after ``pgid``, wait until Slurm has ended
@@ -137,14 +122,10 @@ class SlurmHost(Host):
         ids = [u[0] for u in self._units() if u[1] == pgid]
         if ids:
             self._slurm(["scancel", *ids], 60)
-        deadline = time.monotonic() + grace + 60
-        while ids and any(u[1] == pgid for u in self._units()):
-            if time.monotonic() > deadline:
-                raise InfrastructureError(f"{self.name}: Slurm step {', '.join(ids)} is still "
-                                          "there after scancel")
-            time.sleep(POLL_SECONDS)
-        if not ids or pgid in self.inner.marked_groups(f"{MARKER}="):
-            self.inner.stop_group(pgid, grace=grace)
+        self.stop_wrapper(pgid, ids, lambda: any(u[1] == pgid for u in self._units()),
+                          seconds=grace + 60, poll=POLL_SECONDS,
+                          survived=f"Slurm step {', '.join(ids)} is still there after scancel",
+                          grace=grace)
 
     def marked_groups(self, needle: str) -> set[int]:
         found = set(self.inner.marked_groups(needle))
@@ -184,15 +165,10 @@ class SlurmHost(Host):
             argv = ["sinfo", "-h", "-o", "%P"] + (["-p", self.spec.partition]
                                                    if self.spec.partition else [])
             what = f"partition {self.spec.partition or '(default)'} does not exist"
-        try:
-            result = self.inner.run(argv, timeout=60)
-        except CommandTimeout as exc:
-            raise PreflightError(f"host {self.name}: `{' '.join(argv)}` did not answer in 60s; "
-                                 "is slurmctld reachable?") from exc
-        text = (result.stderr.strip() or result.stdout.strip()).splitlines()
-        if result.exit_code == 127:
-            raise PreflightError(f"host {self.name}: Slurm's commands (squeue, sinfo, srun) "
-                                 "are not installed there; use the cluster's login node")
+        result, text = self.preflight_run(
+            argv, silent="is slurmctld reachable?",
+            missing="Slurm's commands (squeue, sinfo, srun) are not installed there; use "
+                    "the cluster's login node")
         if result.exit_code != 0 or not result.stdout.strip() or \
                 (self.spec.job is not None and result.stdout.strip() != "RUNNING"):
             detail = f" ({text[-1][:200]})" if text else ""
@@ -213,18 +189,3 @@ class SlurmHost(Host):
                 bind_host: str = "127.0.0.1") -> contextlib.AbstractContextManager[str]:
         target = self.node_addr if bind_host in WILDCARDS and self.node_addr else bind_host
         return self.inner.forward(port, target)
-
-    def read_file(self, path: str, max_bytes: int = 16384) -> str | None:
-        return self.inner.read_file(path, max_bytes)
-
-    def file_size(self, path: str) -> int | None:
-        return self.inner.file_size(path)
-
-    def makedirs(self, path: str) -> str:
-        return self.inner.makedirs(path)
-
-    def check_alive(self) -> None:
-        self.inner.check_alive()
-
-    def close(self) -> None:
-        self.inner.close()

@@ -21,10 +21,9 @@ from sweeper.results import attrs as A
 from sweeper.results.headline import Headline, mark_best
 from sweeper.run.decide import Action, Decision, Outcome, Proposal, advance, decide
 from sweeper.run.failed import configuration_failed, infrastructure_failed
-from sweeper.run.interrupted import kept_line, kept_runs
+from sweeper.run.interrupted import record_interrupted
 from sweeper.run.longer import more_runs
 from sweeper.run.norestart import answer_repeat, measured, skip_known_failure
-from sweeper.run.reconcile import requeue
 from sweeper.run.record import Slot
 from sweeper.run.session import HostSession
 from sweeper.run.trial import Measurement, server_error
@@ -106,14 +105,7 @@ def run_trial(s: HostSession, trial: optuna.trial.Trial, repeats_in_a_row: int,
         infrastructure_failed(s, trial, slot, label, err)
         return ended(Outcome.FAILED, f"trial {trial.number}: {err}")
     except KeyboardInterrupt as exc:
-        kept = kept_runs(getattr(exc, "levels", None) or {})
-        if kept:  # before the FAIL: on the trial and on its retry, which the resume runs
-            trial.set_user_attr(A.INTERRUPTED_RUNS, kept)
-        s.recorder.fail(slot, "interrupted", "interrupted by the user (Ctrl-C / SIGTERM)")
-        requeue(s.study, trial, count_attempt=False,
-                extra={A.INTERRUPTED_RUNS: kept} if kept else None)
-        if kept:
-            s.line(kept_line(trial.number, kept))
+        record_interrupted(s, slot, trial, getattr(exc, "levels", None) or {})
         s.summary.retried += 1
         s.summary.stopped_because = "interrupted"
         advance(state, Outcome.INTERRUPTED)

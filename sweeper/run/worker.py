@@ -1,5 +1,5 @@
 """One host's worker in the trial loop (run/workers.py): its session, the trial it runs,
-its repeats in a row and why it was retired; and the two signals of claiming a trial."""
+its repeats in a row and why it was retired."""
 
 from __future__ import annotations
 
@@ -8,19 +8,9 @@ import contextlib
 import optuna
 from optuna.trial import TrialState
 
-from sweeper.results import attrs as A
 from sweeper.results.hosts import record_host
-from sweeper.run.interrupted import kept_line, kept_runs
-from sweeper.run.reconcile import requeue
+from sweeper.run.interrupted import record_interrupted
 from sweeper.run.session import HostSession
-
-
-class NoRoom(Exception):
-    """The budget has no trial left for this worker to start."""
-
-
-class Busy(Exception):
-    """Every proposal is already being measured elsewhere: wait, then ask again."""
 
 
 class Worker:
@@ -51,15 +41,7 @@ class Worker:
             with contextlib.suppress(Exception):
                 t = self.study.get_trials(deepcopy=False)[number]
                 if t.state == TrialState.RUNNING:
-                    # the runs its benchmark completed (run/trial.py), kept before the FAIL
-                    kept = kept_runs(getattr(s.measurer, "partial", {}))
-                    if kept:
-                        s.recorder.set(s.recorder.slot_of(number),
-                                       **{A.INTERRUPTED_RUNS: kept})
-                    s.recorder.fail(s.recorder.slot_of(number), "interrupted",
-                                    "interrupted by the user (Ctrl-C / SIGTERM)")
-                    requeue(self.study, t, count_attempt=False,
-                            extra={A.INTERRUPTED_RUNS: kept} if kept else None)
-                    if kept:
-                        s.line(kept_line(number, kept))
+                    # the runs its benchmark completed so far (run/trial.py)
+                    record_interrupted(s, s.recorder.slot_of(number), t,
+                                       getattr(s.measurer, "partial", {}))
         s.measurer.stop(best_effort=True)

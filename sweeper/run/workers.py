@@ -1,6 +1,6 @@
 """The trial loop: one worker per host, all asking the same study (one host: a pool of one).
 
-    ask (here, and nowhere else) -> claim (budget, duplicates) -> run/step.py (decide,
+    ask + claim (run/asking.py: budget, duplicates) -> run/step.py (decide,
     measure, record) -> count -> stop on the budget, a time limit or too many failures
 
 Each entry of ``hosts:`` gets a worker thread with its own session (run/session.py: SSH
@@ -38,24 +38,23 @@ from sweeper.remote import Host
 from sweeper.remote.groups import detect_group
 from sweeper.remote.server import ServerHandle
 from sweeper.results import attrs as A
-from sweeper.results.hosts import DONE, IDLE, RETIRED, RUNNING, STARTING, record_host
-from sweeper.results.kind import TrialKind, kind_of, ran_on_server
-from sweeper.run.claims import admitted, duplicate_of, needs_baseline, room
+from sweeper.results.hosts import DONE, IDLE, RETIRED, STARTING, record_host
+from sweeper.results.kind import ran_on_server
+from sweeper.run.asking import Asker, Busy, NoRoom
 from sweeper.run.common import SweepOptions, SweepSummary, sigterm_as_interrupt, storage_guard
 from sweeper.run.decide import Outcome, should_stop, skip_limit, stop_state
 from sweeper.run.hostview import Prefixed, host_view
 from sweeper.run.killpoint import killpoint
 from sweeper.run.progress import NullReporter, Reporter
-from sweeper.run.reconcile import Budget, counts_as_finished, finished_count, reconcile, requeue
+from sweeper.run.reconcile import Budget, finished_count, reconcile
 from sweeper.run.session import HostSession
 from sweeper.run.step import Observer, run_trial
-from sweeper.run.worker import Busy, NoRoom, Worker
+from sweeper.run.worker import Worker
 from sweeper.search.failures import FailureMemory
 from sweeper.search.nodetime import measured_costs, spent_seconds
 from sweeper.study import StudySpec
 
 BACKOFF_SECONDS = 1.0
-DUPLICATE_TRIES = 3  # proposals in a row already in flight elsewhere before waiting
 
 
 class HostPool:
@@ -100,7 +99,7 @@ class HostPool:
         self._consecutive = 0
         self._skipped = 0
         self._memories: dict[str, FailureMemory] = {}
-        self._with_baseline: set[str] = set()  # groups whose baseline is settled
+        self._asker = Asker(spec, options, self._lock)
 
     @property
     def study(self) -> optuna.Study:
@@ -178,62 +177,8 @@ class HostPool:
 
     # --- claiming a trial --------------------------------------------------------------
     def claim(self, w: Worker) -> Trial:
-        """A trial for ``w`` to run: room in the budget, its group's baseline first, and
-        never a configuration in flight elsewhere in the group (run/claims.py)."""
-        s = w.session
-        for _ in range(DUPLICATE_TRIES):
-            # Only asking, suggesting and recording the configuration hold the lock (the
-            # sampler must see each proposal before the next); the budget and duplicate
-            # rules read the storage and hold across processes without it.
-            if room(w.study.get_trials(deepcopy=False), self.target) <= 0:
-                raise NoRoom
-            with self._lock:
-                trial, created = self._ask(w)
-                killpoint("asked")  # test-only: a kill before the trial names its owner
-                queued = A.ROLE in trial.user_attrs and not created
-                role = str(trial.user_attrs.get(A.ROLE, A.SAMPLER))
-                config = s.space.baseline_config() if role == A.BASELINE else \
-                    s.space.launch_config(s.space.suggest(trial))
-                s.recorder.set(s.recorder.slot(trial), **{
-                    A.HOST: w.label, A.GROUP: w.group, A.CONFIG_ID: config.config_id()})
-            trials = w.study.get_trials(deepcopy=False)
-            if not admitted(trials, trial.number, self.target):
-                self._hand_back(w, trial, queued, "another sweeper took the last trial")
-                raise NoRoom
-            other = duplicate_of(trials, trial.number, config.config_id(), w.group)
-            if other is None:
-                w.busy = trial.number
-                # the live output numbers trials across all hosts: "(7/24)"
-                done = sum(counts_as_finished(t) for t in trials)
-                s.summary.resumed_from = done - (self.target - self.options.trials) \
-                    - s.summary.finished
-                w.record(RUNNING, trial=trial.number)
-                return trial
-            self._hand_back(w, trial, queued, f"trial {other} is measuring the same "
-                                              "configuration")
-        raise Busy
-
-    def _ask(self, w: Worker) -> tuple[Trial, bool]:
-        """The study's next trial, or a baseline created for ``w``'s group when it has
-        none (True: created, not asked). Called under the lock. The one place in sweeper
-        that asks the study for a trial."""
-        if self.spec.baseline and w.group not in self._with_baseline:
-            trials = w.study.get_trials(deepcopy=False)
-            if needs_baseline(trials, w.group):
-                slot = w.session.recorder.new_running({}, {}, {A.ROLE: A.BASELINE})
-                return Trial(w.study, slot.trial_id), True
-            if any(kind_of(t) == TrialKind.BASELINE and t.user_attrs.get(A.GROUP)
-                   == w.group and t.state != TrialState.FAIL for t in trials):
-                self._with_baseline.add(w.group)  # measured or in flight there: settled
-        return w.study.ask(), False
-
-    def _hand_back(self, w: Worker, trial: Trial, queued: bool, why: str) -> None:
-        """Give up a trial before any restart: FAIL (invisible to the sampler), and its
-        parameters queued again when they came from the queue."""
-        w.session.recorder.set(w.session.recorder.slot(trial), **{A.BACKED_OFF: why})
-        if queued:
-            requeue(w.study, trial, count_attempt=False)
-        w.study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
+        """A trial for ``w`` to run (run/asking.py), within the budget's target."""
+        return self._asker.claim(w, self.target)
 
     # --- the loop -----------------------------------------------------------------------
     def run(self) -> SweepSummary:

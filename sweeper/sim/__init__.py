@@ -57,7 +57,7 @@ none in the built-in profiles) or ``--sim-fault`` (sweeper.sim.faults):
   exception" and exit 1.
 """
 
-from sweeper.sim.model import Expectation, expected_throughput
 from sweeper.sim.profiles import Profile, load_profile
+from sweeper.sim.truth import Expectation, expected_throughput
 
 __all__ = ["Expectation", "Profile", "expected_throughput", "load_profile"]

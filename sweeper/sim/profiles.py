@@ -191,7 +191,7 @@ class Noise:
     (log-sd per square-root hour of serving). Per prompt: ``categories`` and ``prompt_sd``
     (a fixed factor per prompt text, seeded by it): the acceptance a prompt gets, so tok/s
     depends on what is asked. A figure over a prompt set is the mean over its prompts
-    (``sweeper.sim.model.expected_throughput(prompts=...)``)."""
+    (``sweeper.sim.truth.expected_throughput(prompts=...)``)."""
 
     cycle_sd: float  # log-normal sd of a request's speed factor
     accept_sd: float  # log-normal sd of a request's acceptance factor

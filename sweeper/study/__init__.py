@@ -1,10 +1,10 @@
 """Study file -> validated StudySpec.
 
 A study file is YAML (see studies/demo.yaml). Loading it is two passes: structure and
-types (sections.py, pydantic), then meaning (load.py, params.py, rules.py: flag and env
-names, parameter ranges, SGLang's speculative rules, the start_from entries), each error
-one line naming the file and the key. Values are data: nothing from the file is
-evaluated, and strings stay strings.
+types (sections.py, pydantic), then meaning (load.py, values.py, params.py, rules.py:
+flag and env names, parameter ranges, SGLang's speculative rules, the start_from
+entries), each error one line naming the file and the key. Values are data: nothing from
+the file is evaluated, and strings stay strings.
 """
 
 from sweeper.study.base import (

@@ -20,11 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import ipaddress
 import re
-import shlex
 import sys
-import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -36,7 +33,7 @@ from sweeper.errors import InputError
 from sweeper.launch import is_secret, is_secret_flag, mark_secret
 from sweeper.remote.host import WILDCARDS
 from sweeper.remote.target import parse_target
-from sweeper.study.base import ENV_PREFIX, RESERVED_FLAGS, fail, public_url, shorten, show, suggest
+from sweeper.study.base import ENV_PREFIX, fail, shorten, show, suggest
 from sweeper.study.container import ContainerSpec
 from sweeper.study.limits import MAX_COMMAND, parse_yaml, read_study_text
 from sweeper.study.objective import parse_levels, parse_objective
@@ -52,15 +49,19 @@ from sweeper.study.sections import (
 )
 from sweeper.study.slurm import SlurmSpec
 from sweeper.study.spec import StudySpec
+from sweeper.study.values import (
+    check_arg_value,
+    check_artifacts,
+    check_env_name,
+    check_flag_name,
+    check_path,
+    check_program,
+    check_storage,
+    http_url,
+    is_address,
+)
 
-_FLAG_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
-_ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-# A launcher word a shell would read as syntax: the launcher is run as argv, never by a
-# shell, so `...; touch X` would only hand SGLang the words ';', 'touch', 'X'.
-_SHELL_WORD = re.compile(r"[;`]|&&|\|\||\$\(|^\d*[<>|&]")
-_STORAGE_SCHEMES = ("sqlite:///", "postgresql://", "postgresql+", "mysql://", "mysql+",
-                    "journal://")
 
 
 def _loc(loc: Sequence[int | str]) -> str:
@@ -192,19 +193,6 @@ def _default_storage(path: Path, name: str) -> str:
     return f"sqlite:///{db}"
 
 
-def _check_program(path: Path, key: str, text: str) -> None:
-    """A launcher or python: argv words, never shell syntax."""
-    try:
-        words = shlex.split(text)
-    except ValueError as exc:
-        fail(path, key, f"cannot split it into words ({exc})", "fix the quotes")
-    for word in words:
-        if _SHELL_WORD.search(word):
-            fail(path, key, f"{show(word)} is shell syntax, but the server is started as a "
-                 "program with arguments, never by a shell",
-                 "remove it (put shell commands in a script and launch that)")
-
-
 def _command_chars(path: Path, hosts: list[HostSpec], server: ServerSpec,
                    space: dict[str, ParamSpec]) -> None:
     """Refuse a study whose longest server command line would exceed MAX_COMMAND,
@@ -228,132 +216,15 @@ def _command_chars(path: Path, hosts: list[HostSpec], server: ServerSpec,
              "shorten it")
 
 
-# Bind addresses meaning "every interface" (remote/host.py's WILDCARDS, less the empty one)
-_WILDCARDS = frozenset({"0.0.0.0", "::", "*"})
-_HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
-
-
-def is_address(text: str) -> bool:
-    """An IP address (v4, v6, or a wildcard) or a DNS host name: what a socket can bind or
-    resolve. Anything else (``127.0.0.1;touch x``) would reach a resolver or a remote
-    command and fail there with a traceback."""
-    if text in _WILDCARDS:
-        return True
-    with contextlib.suppress(ValueError):
-        ipaddress.ip_address(text.strip("[]"))
-        return True
-    name = text.removesuffix(".")
-    return 0 < len(name) <= 253 and all(_HOST_LABEL.match(p) for p in name.split("."))
-
-
-def _http_url(url: str) -> bool:
-    try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port  # ValueError when out of range or not a number
-    except ValueError:
-        return False
-    host = parts.hostname
-    return parts.scheme in ("http", "https") and host is not None and is_address(host) \
-        and (port is None or 1 <= port <= 65535)
-
-
-def _check_path(path: Path, key: str, value: str) -> None:
-    """A folder on the host: a path, never a control character (a newline would end the
-    remote command that creates it)."""
-    if not value.strip():
-        fail(path, key, "empty", "give a folder on the host, e.g. ~/.sweeper/NAME")
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
-        fail(path, key, f"{show(value, key)} holds a control character",
-             "write the folder's path on one line, without control characters")
-
-
-def _check_storage(path: Path, url: str) -> str:
-    if not url.startswith(_STORAGE_SCHEMES):
-        fail(path, "storage", f"unsupported storage URL {show(public_url(url))}",
-              "use sqlite:///path.db, postgresql://user@host/db, mysql://... or "
-              "journal:///path/file.log")
-    if url.startswith(("postgresql+", "mysql+")) and "://" not in url:
-        fail(path, "storage", f"malformed storage URL {show(public_url(url))}",
-              "write it like postgresql+psycopg2://user@host/db")
-    rest = url.split("://", 1)[1]
-    if url.startswith("sqlite:///") and not url[len("sqlite:///"):]:
-        fail(path, "storage", "the sqlite URL names no file", "write sqlite:///studies/NAME.db")
-    if not rest.strip("/"):
-        fail(path, "storage", f"the storage URL {show(public_url(url))} names no database "
-             "or file",
-              "complete it")
-    return url
-
-
-def _check_flag_name(path: Path, key: str, name: str) -> None:
-    if name.startswith("-"):
-        fail(path, key, f"flag {show(name)} starts with a dash",
-              f"write SGLang's flag name without dashes: {name.lstrip('-')}")
-    if "_" in name:
-        fail(path, key, f"flag {show(name)} uses underscores",
-              f"use SGLang's dashed name {name.replace('_', '-')}")
-    if not _FLAG_RE.match(name):
-        fail(path, key, f"{show(name)} is not an SGLang flag name",
-              "use SGLang's lowercase dashed flag names, e.g. tp-size")
-    if name in RESERVED_FLAGS:
-        fail(path, key, f"the {name} flag is set by the sweeper",
-              f"set {RESERVED_FLAGS[name]} instead")
-
-
-def _check_env_name(path: Path, key: str, name: str) -> None:
-    if not _ENV_RE.match(name):
-        fail(path, key, f"{show(name)} is not a valid environment variable name",
-              "use letters, digits and underscores, not starting with a digit")
-
-
-def _check_arg_value(path: Path, key: str, value: Any) -> None:
-    if value is None:
-        fail(path, key, "null is not a flag value", "remove the key to leave the flag out")
-    if isinstance(value, dict):
-        fail(path, key, "nested maps are not flag values (SGLang's --config has none)",
-              "give a scalar or a list")
-    if isinstance(value, list):
-        for i, v in enumerate(value):
-            if isinstance(v, dict | list) or v is None:
-                fail(path, f"{key}[{i}]", f"expected a scalar, got {show(v, key)}",
-                      "a list flag holds strings or numbers")
-        return
-    if not isinstance(value, str | int | float | bool):
-        fail(path, key, f"unsupported value {show(value, key)}",
-             "give a string, number or boolean")
-
-
-
-def _check_artifacts(path: Path, value: str) -> str:
-    """``artifacts:``: an s3:// URL (boto3 installed), or a folder, relative to the study
-    file (so every machine and working folder reading the file finds the same one)."""
-    if not value.strip():
-        fail(path, "artifacts", "empty", "write a folder every machine reaches, or remove it")
-    if value.startswith("s3://"):
-        if not value[len("s3://"):].split("/", 1)[0]:
-            fail(path, "artifacts", f"{show(value)} names no bucket", "write s3://BUCKET/PREFIX")
-        try:
-            import boto3  # noqa: F401 - Optuna's Boto3ArtifactStore needs it
-        except ImportError:
-            fail(path, "artifacts", "an s3:// artifact store needs boto3",
-                 "pip install boto3, or write a shared folder")
-        return value
-    if "://" in value:
-        fail(path, "artifacts", f"{show(value)} is neither a folder nor an s3:// URL",
-             "write a folder every machine sharing the storage reaches")
-    folder = Path(value).expanduser()
-    return str(folder if folder.is_absolute() else (path.parent / folder).resolve())
-
-
 def _build(raw: StudyFile, path: Path) -> StudySpec:
     name = raw.name if raw.name is not None else path.stem
     if not _NAME_RE.match(name):
         origin = "" if raw.name is not None else " (taken from the file name)"
         fail(path, "name", f"{show(name)} is not a usable study name{origin}",
               "use letters, digits, '.', '_' and '-'")
-    storage = _check_storage(path, raw.storage) if raw.storage is not None \
+    storage = check_storage(path, raw.storage) if raw.storage is not None \
         else _default_storage(path, name)
-    artifacts = _check_artifacts(path, raw.artifacts) if raw.artifacts is not None else None
+    artifacts = check_artifacts(path, raw.artifacts) if raw.artifacts is not None else None
 
     hosts: list[HostSpec] = []
     seen_hosts: set[str] = set()
@@ -376,7 +247,7 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
             sys.executable if h.is_local and h.container is None else "python3")
         if not python.strip():
             fail(path, f"hosts[{i}].python", "empty", "give the python that runs SGLang")
-        _check_program(path, f"hosts[{i}].python", python)
+        check_program(path, f"hosts[{i}].python", python)
         if h.slurm is not None and h.container is not None:
             fail(path, f"hosts[{i}].slurm", "a host runs its server in a container or as a "
                  "Slurm job step, not both", f"remove hosts[{i}].container or hosts[{i}].slurm")
@@ -384,12 +255,12 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
             fail(path, "server.host", f"{show(raw.server.host)}: the server runs on a Slurm "
                  "compute node, which the login node reaches by its address",
                  "set server.host: 0.0.0.0")
-        if h.url is not None and not _http_url(h.url):
+        if h.url is not None and not http_url(h.url):
             fail(path, f"hosts[{i}].url", f"{show(h.url)} is not an http(s) URL of a host "
                  "name or address and a port from 1 to 65535",
                  "write e.g. http://gpu-node-1:8000 or remove it")
         if h.workdir is not None:
-            _check_path(path, f"hosts[{i}].workdir", h.workdir)
+            check_path(path, f"hosts[{i}].workdir", h.workdir)
         hosts.append(h.model_copy(update={"workdir": h.workdir or f"~/.sweeper/{name}",
                                           "python": python}))
 
@@ -397,7 +268,7 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
     if not server.launcher.strip():
         fail(path, "server.launcher", "empty launcher",
               "write e.g. \"{python} -m sglang.launch_server\"")
-    _check_program(path, "server.launcher", server.launcher)
+    check_program(path, "server.launcher", server.launcher)
     if not server.host.strip():
         fail(path, "server.host", "empty bind address", "use 127.0.0.1 or 0.0.0.0")
     if not is_address(server.host):
@@ -417,11 +288,11 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
              f"{secret_flags[0]}: sweeper passes secret flags through its own --config",
              "write the file's flags in server.args instead")
     for flag, value in server.args.items():
-        _check_flag_name(path, f"server.args.{flag}", flag)
-        _check_arg_value(path, f"server.args.{flag}", value)
+        check_flag_name(path, f"server.args.{flag}", flag)
+        check_arg_value(path, f"server.args.{flag}", value)
     env: dict[str, str] = {}
     for var, value in server.env.items():
-        _check_env_name(path, f"server.env.{var}", var)
+        check_env_name(path, f"server.env.{var}", var)
         env[var] = env_value(path, f"server.env.{var}", value)
     server = server.model_copy(update={"env": env})
 
@@ -435,12 +306,12 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
                  "searched value in clear", "set it once in server.env or server.args")
         if pname.startswith(ENV_PREFIX):
             var = pname[len(ENV_PREFIX):]
-            _check_env_name(path, key, var)
+            check_env_name(path, key, var)
             if var in env:
                 fail(path, key, f"{var} is both fixed in server.env and searched",
                       "remove it from server.env or from space")
         else:
-            _check_flag_name(path, key, pname)
+            check_flag_name(path, key, pname)
             if pname in server.args:
                 fail(path, key, f"{pname} is both fixed in server.args and searched",
                       "remove it from server.args or from space")

@@ -138,6 +138,18 @@ def pruned_once(done: list[optuna.trial.FrozenTrial], label: str) -> optuna.tria
     return t
 
 
+
+def optimize(study: Path, n_trials: int, deadline: float, what: str) -> str:
+    """``sweeper optimize`` of ``study`` (no confirm phase), which must succeed within
+    ``deadline`` seconds (scaled); its wall time noted as ``what``. Returns its output."""
+    t0 = time.monotonic()
+    proc = run_cli("optimize", "--study", str(study), "--trials", str(n_trials),
+                   "--no-confirm", timeout=scaled(deadline))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-5000:]
+    NOTES.append(f"{what}: {time.monotonic() - t0:.0f} s")
+    return out
+
 def test_optimize_kill_resume_eagle3_failure_and_its_repeat(tiny_model: Path, tiny_draft: Path,
                                                             tmp_path: Path) -> None:
     study = study_file(tmp_path, "real", tiny_model, tiny_draft)
@@ -160,13 +172,8 @@ def test_optimize_kill_resume_eagle3_failure_and_its_repeat(tiny_model: Path, ti
         first.wait(timeout=30)
         assert group_alive(orphan), "the real server should outlive the killed sweeper"
 
-        t1 = time.monotonic()
-        proc = run_cli("optimize", "--study", str(study), "--trials", "2", "--no-confirm",
-                       timeout=scaled(3 * START_DEADLINE + 600))
-        out = proc.stdout + proc.stderr
-        assert proc.returncode == 0, out[-5000:]
-        NOTES.append(f"resumed `sweeper optimize` (baseline and EAGLE3 starts): "
-                     f"{time.monotonic() - t1:.0f} s")
+        optimize(study, 2, 3 * START_DEADLINE + 600,
+                 "resumed `sweeper optimize` (baseline and EAGLE3 starts)")
         assert not group_alive(orphan), "resume left the orphaned real server running"
 
         done = trials(db)
@@ -227,14 +234,9 @@ def test_optimize_ngram_server_dies_under_the_benchmark(tiny_model: Path, tmp_pa
     """See the module docstring: the death comes from the test-only stand-in's kernel."""
     study = study_file(tmp_path, "real-ngram", tiny_model, None)
     db = tmp_path / "real-ngram.db"
-    t0 = time.monotonic()
     try:
-        proc = run_cli("optimize", "--study", str(study), "--trials", "1", "--no-confirm",
-                       timeout=scaled(2 * START_DEADLINE + 600))
-        out = proc.stdout + proc.stderr
-        assert proc.returncode == 0, out[-5000:]
-        NOTES.append(f"`sweeper optimize` of the NGRAM study (one start): "
-                     f"{time.monotonic() - t0:.0f} s")
+        out = optimize(study, 1, 2 * START_DEADLINE + 600,
+                       "`sweeper optimize` of the NGRAM study (one start)")
         done = trials(db, "real-ngram")
         ngram = pruned_once(done, "NGRAM")
         # the server came up and died under the benchmark: no retry as infrastructure
