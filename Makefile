@@ -77,7 +77,7 @@ test: $(STAMP) sshd chromium postgres docker slurm
 	@rc=0; \
 	SWEEPER_TEST_TIMEOUT_FACTOR=2 $(BIN)/python -m pytest -q -n 3 --dist loadfile -m "not timing" --durations=15 || rc=$$?; \
 	echo "== the timing tests (the simulator's wall-clock tok/s), alone: =="; \
-	$(BIN)/python -m pytest -q -m timing || rc=$$?; \
+	$(BIN)/python -m pytest -q -rs -m timing || rc=$$?; \
 	exit $$rc
 
 # The tests against the REAL SGLang 0.5.23 (tests/sglang/, marked `sglang`, left out of

@@ -22,6 +22,7 @@ import yaml
 
 from sweeper.remote import free_port
 
+from .quiet import wait_quiet
 from .timeouts import duration, scaled
 
 pytest_plugins = ["tests.sshd"]
@@ -111,6 +112,20 @@ def group_alive(pgid: int) -> bool:
             if int(pgrp) == pgid and state != "Z":
                 return True
     return False
+
+
+@pytest.fixture(autouse=True)
+def _quiet_for_timing(request: pytest.FixtureRequest) -> None:
+    """A ``timing`` test runs on a quiet machine, or is skipped saying why (tests/quiet.py)."""
+    if request.node.get_closest_marker("timing") is not None:
+        # patient once (a parallel run just before may still be ending), then a quick look
+        why = wait_quiet(patience=2.0 if _BUSY_SEEN else 30.0)
+        if why is not None:
+            _BUSY_SEEN.append(why)
+            pytest.skip(why)
+
+
+_BUSY_SEEN: list[str] = []  # the machine was found busy once this session
 
 
 @pytest.fixture(autouse=True)

@@ -42,6 +42,7 @@ def _expected() -> tuple[float, float]:
     return e.tok_s, e.accept_length
 
 
+@pytest.mark.timing  # wall-clock tok/s against the model: alone, on a quiet machine
 def test_chat_against_simulator_matches_ground_truth(sim: str) -> None:
     tok_s, accept = _expected()
     res = run_benchmark(sim, BenchSpec(max_tokens=500, runs=2, warmup=1))

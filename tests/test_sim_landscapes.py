@@ -119,6 +119,7 @@ def test_residual_is_fixed_per_configuration_and_sized_by_the_profile() -> None:
     assert residual_factor(load_profile("demo"), resolve_config(rugged, args, env)) == 1.0
 
 
+@pytest.mark.timing  # wall-clock tok/s against the model: alone, on a quiet machine
 def test_a_landscape_path_serves_with_its_residual(spawn) -> None:
     rugged = load_profile(path("rugged-h100"))
     # a configuration whose residual is clearly not 1, so ignoring it would show

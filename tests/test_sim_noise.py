@@ -88,6 +88,7 @@ def test_ground_truth_is_the_mean_over_the_prompt_set() -> None:
     assert base == expected_throughput(prof, {}).tok_s
 
 
+@pytest.mark.timing  # wall-clock tok/s against the model: alone, on a quiet machine
 def test_the_server_serves_each_prompt_what_the_ground_truth_says(tmp_path: Path) -> None:
     """Over HTTP, noise only from the prompts: every prompt's measured tok/s is its ground
     truth, so a study's mean over the set is the set's ground truth."""
