@@ -24,6 +24,7 @@ from sweeper.run.failed import configuration_failed, infrastructure_failed
 from sweeper.run.interrupted import record_interrupted
 from sweeper.run.longer import more_runs
 from sweeper.run.norestart import answer_repeat, measured, skip_known_failure
+from sweeper.run.pending import is_storage_error
 from sweeper.run.record import Slot
 from sweeper.run.session import HostSession
 from sweeper.run.trial import Measurement, server_error
@@ -117,7 +118,15 @@ def run_trial(s: HostSession, trial: optuna.trial.Trial, repeats_in_a_row: int,
 
 def _complete(s: HostSession, slot: Slot, m: Measurement, label: str) -> None:
     runs = s.recorder.series(m)  # the objective's per-run series
-    base = R.baseline_result(R.config_results(s.study.get_trials(deepcopy=False)))
+    try:
+        base = R.baseline_result(R.config_results(s.study.get_trials(deepcopy=False)))
+    except Exception as exc:
+        # A storage failing here, with the measurement in hand and not yet recorded, would
+        # lose it: the recorder is what keeps a measurement the storage refuses
+        # (run/pending.py), so the speed-up (a courtesy) is left out and it goes on to it.
+        if not is_storage_error(exc):
+            raise
+        base = None
     ratio = R.speedup_over(R.ConfigResult("", {}, "", runs=runs), base)
     s.recorder.complete(slot, m, log=s.measurer.log_text(m.server), speedup=ratio)
     s.summary.finished += 1
