@@ -41,6 +41,13 @@ class LocalHost(Host):
             proc.communicate()
             raise CommandTimeout(
                 f"local: {shlex.join(argv)} did not finish in {timeout:.0f}s") from exc
+        except BaseException:
+            # Ctrl-C while it runs (the preflight's `--help`, nvidia-smi): its own session
+            # keeps it from the terminal's SIGINT, so it is stopped here, not left behind
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
         return CommandResult(proc.returncode, out.decode(errors="replace"),
                              err.decode(errors="replace"))
 

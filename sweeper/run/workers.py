@@ -42,6 +42,7 @@ from sweeper.results.hosts import DONE, IDLE, RETIRED, RUNNING, STARTING, record
 from sweeper.results.kind import TrialKind, kind_of, ran_on_server
 from sweeper.run.claims import admitted, duplicate_of, needs_baseline, room
 from sweeper.run.common import SweepOptions, SweepSummary, sigterm_as_interrupt, storage_guard
+from sweeper.run.ctrlc import handled, raise_pending
 from sweeper.run.decide import Outcome, should_stop, skip_limit, stop_state
 from sweeper.run.hostview import Prefixed, host_view
 from sweeper.run.killpoint import killpoint
@@ -101,6 +102,7 @@ class HostPool:
         self._skipped = 0
         self._memories: dict[str, FailureMemory] = {}
         self._with_baseline: set[str] = set()  # groups whose baseline is settled
+        self.interrupted: list[int] = []  # the trials a Ctrl-C found running
 
     @property
     def study(self) -> optuna.Study:
@@ -202,7 +204,15 @@ class HostPool:
                 raise NoRoom
             other = duplicate_of(trials, trial.number, config.config_id(), w.group)
             if other is None:
-                w.busy = trial.number
+                # a Ctrl-C (_interrupted) sees it busy, or it is handed back: never a
+                # trial claimed unseen that starts a server after the clean-up
+                with self._lock:
+                    stopping = self._stop.is_set()
+                    if not stopping:
+                        w.busy = trial.number
+                if stopping:
+                    self._hand_back(w, trial, queued, "the sweep was stopping")
+                    raise NoRoom
                 # the live output numbers trials across all hosts: "(7/24)"
                 done = sum(counts_as_finished(t) for t in trials)
                 s.summary.resumed_from = done - (self.target - self.options.trials) \
@@ -279,16 +289,20 @@ class HostPool:
                 for t in threads:
                     t.start()
                 while any(t.is_alive() for t in threads):
+                    raise_pending()  # a Ctrl-C a finalizer dropped (run/ctrlc.py)
                     for t in threads:
                         t.join(0.2)
         except KeyboardInterrupt:
+            handled()
             self._interrupted()
             raise
         finally:
             self._finish()
 
     def _interrupted(self) -> None:
-        self._stop.set()
+        with self._lock:  # never between a claim's stop check and its busy mark (claim)
+            self._stop.set()
+            self.interrupted = [n for n in (w.busy for w in self.workers) if n is not None]
         self.summary.stopped_because = "interrupted"
         for w in self.workers:
             with contextlib.suppress(Exception):
