@@ -267,19 +267,21 @@ def _check_path(path: Path, key: str, value: str) -> None:
              "write the folder's path on one line, without control characters")
 
 
-def _check_storage(path: Path, url: str) -> str:
+def check_storage_url(path: Path | str, url: str, key: str = "storage") -> str:
+    """A storage URL's form: a scheme sweeper opens, and a file or database named. ``key``:
+    where it was given (the study file's ``storage``; ``--storage`` with no file key)."""
     if not url.startswith(_STORAGE_SCHEMES):
-        fail(path, "storage", f"unsupported storage URL {show(public_url(url))}",
+        fail(path, key, f"unsupported storage URL {show(public_url(url))}",
               "use sqlite:///path.db, postgresql://user@host/db, mysql://... or "
               "journal:///path/file.log")
     if url.startswith(("postgresql+", "mysql+")) and "://" not in url:
-        fail(path, "storage", f"malformed storage URL {show(public_url(url))}",
+        fail(path, key, f"malformed storage URL {show(public_url(url))}",
               "write it like postgresql+psycopg2://user@host/db")
     rest = url.split("://", 1)[1]
     if url.startswith("sqlite:///") and not url[len("sqlite:///"):]:
-        fail(path, "storage", "the sqlite URL names no file", "write sqlite:///studies/NAME.db")
+        fail(path, key, "the sqlite URL names no file", "write sqlite:///studies/NAME.db")
     if not rest.strip("/"):
-        fail(path, "storage", f"the storage URL {show(public_url(url))} names no database "
+        fail(path, key, f"the storage URL {show(public_url(url))} names no database "
              "or file",
               "complete it")
     return url
@@ -351,7 +353,7 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
         origin = "" if raw.name is not None else " (taken from the file name)"
         fail(path, "name", f"{show(name)} is not a usable study name{origin}",
               "use letters, digits, '.', '_' and '-'")
-    storage = _check_storage(path, raw.storage) if raw.storage is not None \
+    storage = check_storage_url(path, raw.storage) if raw.storage is not None \
         else _default_storage(path, name)
     artifacts = _check_artifacts(path, raw.artifacts) if raw.artifacts is not None else None
 
