@@ -240,7 +240,7 @@ class Campaign:
             kept = after.user_attrs.get("interrupted_runs") or {}
             n = sum(len(v) for v in kept.values())
             self.events.append(f"Ctrl-C at trial {t.number}: exit {code}, {n} completed "
-                               f"run(s) kept, {after.state.name.lower()} "
+                               f"run{'' if n == 1 else 's'} kept, {after.state.name.lower()} "
                                f"{after.user_attrs.get('failure')}")
             self.injected += code == 130
             return

@@ -13,8 +13,9 @@ import sys
 
 import typer
 
+from sweeper.__main__ import starting_line
 from sweeper.cli import results, sweeping, tools
-from sweeper.cli.common import app, err
+from sweeper.cli.common import Began, app, err
 
 __all__ = ["app", "main", "results", "sweeping", "tools"]
 
@@ -53,5 +54,7 @@ def main() -> None:
         err.print("aborted", markup=False)
         sys.exit(1)
     except KeyboardInterrupt:
+        if not Began.body:  # parsing the options (typer builds pydantic adapters: slow)
+            err.print(starting_line(), markup=False, soft_wrap=True)
         sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)

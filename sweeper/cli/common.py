@@ -79,10 +79,18 @@ def export_command(study: str, storage: str | None, spec: StudySpec) -> str:
     return shlex.join([*words, "-o", "best.yaml"])
 
 
+class Began:
+    """Whether a command's body has begun. A Ctrl-C before it (its options being parsed)
+    has done nothing, and ``main`` says so; after it, the command speaks for itself."""
+
+    body = False
+
+
 def errors(fn: F) -> F:
     """Map the error types to exit codes and one clear line."""
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        Began.body = True
         try:
             return fn(*args, **kwargs)
         except InputError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import sys
 from collections.abc import Callable
@@ -35,6 +36,7 @@ PortOpt = Annotated[int | None, typer.Option(
 if TYPE_CHECKING:
     from sweeper.run.progress import ConsoleReporter
     from sweeper.run.session import HostSession
+    from sweeper.run.workers import HostPool
 
 
 def resume_hint() -> str:
@@ -42,6 +44,11 @@ def resume_hint() -> str:
     options that would start over (``--fresh`` deletes what it should resume)."""
     words = [w for w in sys.argv[1:] if w not in ("--fresh", "--yes")]
     return "Resume with the same command: sweeper " + shlex.join(words)
+
+
+def again_hint() -> str:
+    """The command as typed: what to give again when it was stopped before it began."""
+    return "Run the same command again: sweeper " + shlex.join(sys.argv[1:])
 
 
 def _allow_delete(yes: bool, study: str, storage: str) -> Callable[[int], bool]:
@@ -85,6 +92,59 @@ def optimize(
     port: PortOpt = None,
 ) -> None:
     """Run the sweep: restart SGLang with each proposed configuration and benchmark it."""
+    run = _Run(study, storage)  # what a Ctrl-C would interrupt, from the first second on
+    try:
+        from sweeper.run import ctrlc
+
+        with ctrlc.kept():  # a Ctrl-C a finalizer drops is raised again at the next check
+            _optimize(run, study, trials, timeout, storage, sampler, seed, keep_best,
+                      confirm, no_confirm, fresh, yes, port)
+    except KeyboardInterrupt:
+        run.interrupted()
+        raise typer.Exit(130) from None
+
+
+class _Run:
+    """The sweep a Ctrl-C interrupts: nothing yet, an open study, a loop with trials in
+    flight. Whatever the moment, the user gets one line (run/interrupted.stopped_line)."""
+
+    def __init__(self, study: str, storage: str | None) -> None:
+        self.study, self.storage = study, storage
+        self.pool: HostPool | None = None
+        self.reporter: ConsoleReporter | None = None
+        self.done = False  # finished and stored: only its summary was being printed
+
+    def interrupted(self) -> None:
+        from sweeper.run.interrupted import stopped_line
+
+        if self.reporter is not None:
+            self.reporter.close()
+        if self.done:  # "resume" would start another --trials on top of a finished sweep
+            words = ["sweeper", "status", "--study", self.study]
+            if self.storage is not None:
+                words += ["--storage", public_url(self.storage)]
+            err.print("interrupted while printing the summary of a finished sweep: every "
+                      f"trial is stored, nothing to resume; see it with: {shlex.join(words)}",
+                      markup=False, soft_wrap=True)
+            return
+        pool = self.pool
+        sessions = [w.session for w in pool.workers] if pool is not None else []
+        opened = any(s.opened for s in sessions)
+        finished = None
+        if pool is not None and opened:
+            from sweeper.run.reconcile import finished_count
+
+            with contextlib.suppress(Exception):  # the storage may be what failed
+                finished = finished_count(pool.study)
+        deleted = next((s.deleted for s in sessions if s.deleted), None)
+        err.print(stopped_line(opened=opened, running=pool.interrupted if pool else (),
+                               finished=finished, deleted=deleted, resume=resume_hint(),
+                               again=again_hint()), markup=False, soft_wrap=True)
+
+
+def _optimize(run: _Run, study: str, trials: int, timeout: float | None, storage: str | None,
+              sampler: str | None, seed: int | None, keep_best: bool, confirm: int | None,
+              no_confirm: bool, fresh: bool, yes: bool, port: int | None) -> None:
     if timeout is not None and not timeout > 0:  # NaN too: it would never stop the sweep
         raise InputError(f"--timeout {timeout:g}: give a positive number of seconds, or leave "
                          "it out to run until the trials are done")
@@ -109,6 +169,7 @@ def optimize(
     from sweeper.results.headline import Headline
     from sweeper.results.hosts import print_hosts
     from sweeper.results.status import print_summary
+    from sweeper.run import ctrlc
     from sweeper.run.common import SweepOptions
     from sweeper.run.confirm import after_sweep
     from sweeper.run.ports import choose_port
@@ -121,10 +182,11 @@ def optimize(
     opts = SweepOptions(trials=trials, timeout=timeout, storage=storage,
                         sampler=sampler, seed=seed,
                         keep_best=keep_best)
-    reporter = ConsoleReporter(out)
-    pool = HostPool(spec, opts, reporter)  # one worker per host (one host: one worker)
+    reporter = run.reporter = ConsoleReporter(out)
+    pool = run.pool = HostPool(spec, opts, reporter)  # one worker per host (one host: one)
     pool.open(fresh=fresh,
               allow_delete=_allow_delete(yes, spec.name, public_url(pool.storage_url)))
+    ctrlc.raise_pending()  # one pressed while the study opened
     sweep = pool.primary.session  # the confirm phase runs on the first host
     export = export_command(study, storage, spec)  # exactly this sweep, read back
     pool.study.set_user_attr(A.EXPORT, export)  # the dashboard note's hint
@@ -140,11 +202,6 @@ def optimize(
               markup=False, soft_wrap=True)
     try:
         summary = pool.run()
-    except KeyboardInterrupt:
-        reporter.close()
-        err.print(f"interrupted: the current trial was recorded as failed and queued again, "
-                  f"its server stopped. {resume_hint()}", markup=False, soft_wrap=True)
-        raise typer.Exit(130) from None
     except SweepAborted as exc:
         reporter.close()
         print_summary(out, pool.summary, Headline.of(pool.study, spec.benchmark.aggregate),
@@ -161,6 +218,7 @@ def optimize(
         pool.budget.save(pool.study, trials, phase="confirm")
         _confirm(sweep, start.plan.top, start.plan.runs, reporter, start.plan.rounds)
     pool.done()
+    run.done = True
     reporter.close()
     print_summary(out, summary, Headline.of(sweep.study, spec.benchmark.aggregate), export)
     if len(spec.hosts) > 1:  # each host's state, and each group's winner when several

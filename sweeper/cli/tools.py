@@ -14,13 +14,21 @@ if TYPE_CHECKING:
     from sweeper.study import StudySpec
 
 
+ValidateStorageOpt = Annotated[str | None, typer.Option(
+    help="The storage URL optimize will be given (its --storage; default: the study file's "
+         "storage:, else sqlite:///DIR/NAME.db with DIR the study file's folder). Checked: "
+         "it opens, and a study of this name in it has the same space and objective. "
+         "Nothing is created in it.")]
+
+
 @app.command()
 @errors
-def validate(study: StudyOpt) -> None:
+def validate(study: StudyOpt, storage: ValidateStorageOpt = None) -> None:
     """Check a study file and show what it will search. Starts nothing (a study on this
     machine: its flags are checked against the launcher's --help)."""
     from sweeper.measure.prompts import coverage_note, study_prompts
     from sweeper.search.space import SearchSpace
+    from sweeper.study.base import public_url
     from sweeper.study.decode_log import decode_log_warning
 
     spec = load(study)
@@ -30,7 +38,9 @@ def validate(study: StudyOpt) -> None:
         _check_flags_here(spec, flags)
     b = spec.benchmark
     prompts = study_prompts(spec.path, b.prompts, b.input_tokens)  # refused before "ok"
-    out.print(f"{spec.path}: ok — study {spec.name!r}, storage {spec.storage}")
+    url, peeked = _check_storage(spec, storage, space)  # refused before "ok" too
+    out.print(f"{spec.path}: ok — study {spec.name!r}", markup=False)
+    out.print(f"  storage: {public_url(url)}: {peeked}", markup=False)
     for h in spec.hosts:
         note = " (placeholder: set it before `optimize`)" if h.is_placeholder else ""
         out.print(f"  host: {h.ssh}{note}")
@@ -119,6 +129,26 @@ def _plan_text(spec: Any, space: Any, count: int | None, trials: int = 40) -> st
     return text + (f"; node time {low / 3600:.1f}-{high / 3600:.1f} h at "
                    f"{sw.restart_cost:g} s a restart and {sw.run_cost:g} s a run "
                    f"(sweep.stop_when_sure {sw.stop_when_sure:g} may end it sooner)")
+
+
+def _check_storage(spec: StudySpec, storage: str | None, space: Any) -> tuple[str, str]:
+    """The storage optimize will use (``--storage``, else the study file's), checked as
+    optimize would open it, creating nothing: its URL, and what it holds. A study already
+    in it must have this file's space and objective (optimize refuses it otherwise)."""
+    from sweeper.remote.preflight import optional_dimensions
+    from sweeper.results.storage import check_objective, check_space, peek, space_signature
+    from sweeper.study.values import check_storage
+
+    url = check_storage("--storage", storage, key="") if storage is not None \
+        else spec.storage
+    peeked, stored = peek(url, spec.name)
+    if stored is not None:
+        # a dimension only some builds have is dropped at optimize's preflight: the stored
+        # space may lack it by right, so only a study without one is compared here
+        if not optional_dimensions(spec):
+            check_space(stored, space_signature(space.distributions()), str(spec.path), url)
+        check_objective(stored, spec.objective, str(spec.path), url)
+    return url, peeked
 
 
 def _checks_here(spec: StudySpec) -> bool:

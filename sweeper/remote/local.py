@@ -41,6 +41,13 @@ class LocalHost(Host):
             proc.communicate()
             raise CommandTimeout(
                 f"local: {shlex.join(argv)} did not finish in {timeout:.0f}s") from exc
+        except BaseException:
+            # Ctrl-C while it runs (the preflight's `--help`, nvidia-smi): its own session
+            # keeps it from the terminal's SIGINT, so it is stopped here, not left behind
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
         return CommandResult(proc.returncode, out.decode(errors="replace"),
                              err.decode(errors="replace"))
 
@@ -77,7 +84,7 @@ class LocalHost(Host):
             return False
         except PermissionError:
             return True
-        return True
+        return _has_live_member(pgid)
 
     def stop_group(self, pgid: int, *, grace: float = 15.0) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -124,6 +131,26 @@ class LocalHost(Host):
     def forward(self, port: int, bind_host: str = "127.0.0.1") -> Iterator[str]:
         host = connect_address(bind_host)
         yield f"http://{host}:{port}"
+
+
+def _has_live_member(pgid: int) -> bool:
+    """A process of group ``pgid`` that has not exited. kill(0) also finds zombies: a
+    stopped server's processes whose parent died wait for PID 1 to reap them, which some
+    inits (a container's, a VM's) do seconds later; every stop waited for that. A zombie
+    holds no memory, GPU or port. Without /proc (not Linux), every member counts."""
+    try:
+        stats = list(Path("/proc").glob("[0-9]*/stat"))
+    except OSError:
+        return True
+    if not stats:
+        return True
+    for stat in stats:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            # after the command's closing parenthesis: state, ppid, pgrp
+            state, _ppid, pgrp = stat.read_text().rsplit(")", 1)[1].split()[:3]
+            if int(pgrp) == pgid and state not in ("Z", "X"):
+                return True
+    return False
 
 
 def pid_alive(pid: int) -> bool:

@@ -8,6 +8,7 @@ lines come from results/headline.py, like every other place that names it.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from optuna.trial import FrozenTrial, TrialState
@@ -127,30 +128,40 @@ def print_status(console: Console, spec: StudySpec, storage_url: str,
     base = R.baseline_result(R.config_results(trials))
     shown = _shown(trials, limit)
     same = {} if wide else shared_knobs(shown)
+    rows = [_row(t, base, wide, frozenset(same)) for t in shown]
     # Compact: the fixed columns take ~40 characters; the configuration gets what its
     # longest label needs (knobs every row shares said once, above; a longer one wraps),
-    # the note the rest.
+    # the note the rest. Both wrap at spaces and neither is narrower than its longest
+    # word (a knob such as ALGO=CollNetDirect, a note such as start_from or invalid_args):
+    # cut inside, a word would tell two rows apart wrongly or explain a row in half.
     # Wide: full labels and intervals.
     room = console.width - (64 if wide else 46)
     labels = [compact_params(t.user_attrs[A.EFFECTIVE], frozenset(same))
               for t in shown if t.user_attrs.get(A.EFFECTIVE) is not None]
+    note_word = _longest_word(r[-1] for r in rows)
     config_w = max(16, room * 3 // 5) if wide else \
-        min(max([16, *map(len, labels)]), max(16, room - 8))
+        min(max([16, *map(len, labels)]),
+            max(16, _longest_word(labels), room - max(8, note_word)))
     table = Table(title=f"study {spec.name}", title_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("state", no_wrap=True)
     # never cut: what is cut is what tells two rows apart; a long label takes two lines
-    table.add_column("configuration", overflow="fold", max_width=config_w)
+    table.add_column("configuration", overflow="fold", max_width=config_w,
+                     min_width=None if wide else min(_longest_word(labels), config_w))
     table.add_column("tok/s", justify="right", no_wrap=True)
     table.add_column("acc." if not wide else "accept", justify="right", no_wrap=True)
     table.add_column("vs base", justify="right", no_wrap=True)
     if wide:
         table.add_column("start s", justify="right", no_wrap=True)
-    table.add_column("note", overflow="ellipsis", no_wrap=True,
-                     max_width=max(8, room - config_w))
-    for t in shown:
-        table.add_row(*_row(t, base, wide, frozenset(same)))
+    if wide:  # a failure's whole message: its first words on one line, the log has it all
+        table.add_column("note", overflow="ellipsis", no_wrap=True,
+                         max_width=max(8, room - config_w))
+    else:
+        table.add_column("note", overflow="fold", min_width=min(note_word, room),
+                         max_width=max(8, note_word, room - config_w))
+    for row in rows:
+        table.add_row(*row)
     if same:
         console.print("[dim]every configuration below has "
                       f"{escape(' '.join(compact_parts(same)) or 'NCCL defaults')}[/]",
@@ -175,6 +186,10 @@ def print_status(console: Console, spec: StudySpec, storage_url: str,
         console.print(line, soft_wrap=False)  # wrapped at words to the terminal's width
     if study.user_attrs.get(A.SIMULATED):
         console.print(f"[dim]{SIM_NOTE}[/]", soft_wrap=False)
+
+
+def _longest_word(texts: Iterable[str]) -> int:
+    return max((len(word) for text in texts for word in text.split()), default=0)
 
 
 def _row(t: FrozenTrial, base: R.ConfigResult | None, wide: bool,

@@ -41,11 +41,54 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
     except InputError:
         raise
     except Exception as exc:  # SQLAlchemy raises many types for a bad URL or server
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        shown = public_url(url)
-        first = first.replace(url, shown)
-        raise InputError(f"storage {shown}: cannot open it ({first}); check --storage or the "
-                         "study's storage key") from exc
+        raise _cannot_open(url, exc) from exc
+
+
+def _cannot_open(url: str, exc: Exception) -> InputError:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    shown = public_url(url)
+    first = first.replace(url, shown)
+    return InputError(f"storage {shown}: cannot open it ({first}); check --storage or the "
+                      "study's storage key")
+
+
+def peek(url: str, name: str) -> tuple[str, optuna.Study | None]:
+    """What ``validate`` says of storage ``url`` for study ``name``, creating nothing (no
+    file, no table, no study: ``optimize`` would): a phrase, and the stored study when there
+    is one. InputError (one line) when ``optimize`` could not use it."""
+    for prefix in ("sqlite:///", "journal://"):
+        path = Path(url[len(prefix):])
+        if url.startswith(prefix) and not path.exists():
+            if prefix == "sqlite:///" and not path.parent.is_dir():
+                raise InputError(f"storage {public_url(url)}: directory {path.parent} does not "
+                                 "exist; create it or pass another --storage")
+            return "a new file (optimize creates it)", None
+    if not url.startswith("journal://") and not _has_optuna_tables(url):
+        return "reachable, no Optuna tables yet (optimize creates them)", None
+    study = existing_study(open_storage(url), name)
+    if study is None:
+        return f"reachable, no study {name!r} in it yet", None
+    n = len(study.get_trials(deepcopy=False))
+    return f"holds study {name!r} ({n} trial{'' if n == 1 else 's'}; optimize adds to it)", \
+        study
+
+
+def _has_optuna_tables(url: str) -> bool:
+    """Connected with SQLAlchemy alone: Optuna's RDBStorage would create its tables."""
+    import sqlalchemy
+
+    try:
+        engine = sqlalchemy.create_engine(
+            _sqlalchemy_url(url),
+            # a database host that drops packets: an answer in seconds, not minutes
+            connect_args={} if url.startswith("sqlite") else {"connect_timeout": 10})
+        try:
+            with engine.connect() as conn:
+                return sqlalchemy.inspect(conn).has_table("studies")
+        finally:
+            engine.dispose()
+    except Exception as exc:  # a bad URL, a refused connection, a file that is no database
+        raise _cannot_open(url, exc) from exc
 
 
 def _sqlalchemy_url(url: str) -> str:

@@ -36,10 +36,12 @@ class Asker:
     """Asks the study for the pool's workers; ``lock`` is the pool's (ask + suggest +
     record, one worker at a time)."""
 
-    def __init__(self, spec: StudySpec, options: SweepOptions, lock: threading.Lock) -> None:
+    def __init__(self, spec: StudySpec, options: SweepOptions, lock: threading.Lock,
+                 stop: threading.Event) -> None:
         self.spec = spec
         self.options = options
         self.lock = lock
+        self.stop = stop  # the pool's: set (under ``lock``) by a Ctrl-C
         self.with_baseline: set[str] = set()  # groups whose baseline is settled
 
     def claim(self, w: Worker, target: int) -> Trial:
@@ -68,7 +70,15 @@ class Asker:
                 raise NoRoom
             other = duplicate_of(trials, trial.number, config.config_id(), w.group)
             if other is None:
-                w.busy = trial.number
+                # a Ctrl-C (the pool's _interrupted) sees it busy, or it is handed back:
+                # never a trial claimed unseen that starts a server after the clean-up
+                with self.lock:
+                    stopping = self.stop.is_set()
+                    if not stopping:
+                        w.busy = trial.number
+                if stopping:
+                    self._hand_back(w, trial, queued, "the sweep was stopping")
+                    raise NoRoom
                 # the live output numbers trials across all hosts: "(7/24)"
                 done = sum(counts_as_finished(t) for t in trials)
                 s.summary.resumed_from = done - (target - self.options.trials) \

@@ -17,6 +17,7 @@ from sweeper.remote import Host, LocalHost
 from sweeper.remote.container import wrap_host
 from sweeper.results.summary import SweepSummary
 from sweeper.run import pending
+from sweeper.run.ctrlc import note_and_raise
 from sweeper.study import StudySpec, placeholder_message
 from sweeper.study.base import public_url
 
@@ -85,7 +86,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
     def handler(signum: int, frame: object) -> None:
         if signum == signal.SIGHUP:
             _detach_from_terminal()
-        raise KeyboardInterrupt
+        note_and_raise(signum, None)  # noted: raised again if a finalizer drops it
 
     # under nohup a hang-up is ignored on purpose: leave it so
     signals = [signal.SIGTERM] + ([signal.SIGHUP] if signal.getsignal(signal.SIGHUP)

@@ -23,10 +23,22 @@ from sweeper.run.record import Slot
 from sweeper.run.session import HostSession
 
 
+def closed_meanwhile(sweep: HostSession, slot: Slot) -> bool:
+    """The trial was finished while it was measured: a Ctrl-C recorded it interrupted and
+    queued it again (run/worker.py, from the main thread), then stopped its server, which
+    is why its measurement failed here. Recording the failure too would queue a second
+    retry (a restart charged twice) or remember a configuration as crashing."""
+    with contextlib.suppress(Exception):  # unreadable: record as usual
+        return sweep.recorder.storage.get_trial(slot.trial_id).state.is_finished()
+    return False
+
+
 def configuration_failed(sweep: HostSession, trial: optuna.Trial, slot: Slot, role: str,
                          cid: str, effective: dict[str, Any], label: str,
                          fail: ConfigurationFailure) -> None:
     """Recorded PRUNED; SweepAborted when the baseline itself is rejected."""
+    if closed_meanwhile(sweep, slot):
+        return
     log = sweep.server_log(fail)
     sweep.measurer.stop()
     sweep.memory.add(trial.number, cid, effective, fail.kind)
@@ -46,6 +58,8 @@ def configuration_failed(sweep: HostSession, trial: optuna.Trial, slot: Slot, ro
 def infrastructure_failed(sweep: HostSession, trial: optuna.Trial, slot: Slot, label: str,
                           err: InfrastructureError) -> None:
     """Recorded FAIL and queued again; SweepAborted past the retries."""
+    if closed_meanwhile(sweep, slot):
+        return
     sweep.measurer.stop(best_effort=True)
     with contextlib.suppress(Exception):  # the host may be what failed
         sweep.recorder.fail(slot, err.kind, str(err), log=sweep.server_log())

@@ -127,6 +127,7 @@ class HostSession:
         self.beat: Heartbeat | None = None  # this sweeper's liveness, in the storage
         self.runner: TrialRunner | None = None  # the real measurer, once opened on a host
         self.preflight: PreflightReport | None = None
+        self.deleted: int | None = None  # trials --fresh deleted (the Ctrl-C line says so)
         if host is not None:
             self.host = host
         if host is not None or python is not None:
@@ -208,6 +209,7 @@ class HostSession:
                                  f"{self.spec.name!r} in {public_url(self.storage_url)}; add "
                                  "--yes to delete them, or drop --fresh to add to them")
             delete_study(self.storage_url, self.spec.name, self.spec.artifacts)
+            self.deleted = n
             remove_run_dir(self.host, self.workdir)  # its servers' logs: nobody else's
             self.report.line(f"--fresh: deleted the {n} earlier trials of {self.spec.name!r}")
             storage = None

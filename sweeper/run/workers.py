@@ -42,6 +42,7 @@ from sweeper.results.hosts import DONE, IDLE, RETIRED, STARTING, record_host
 from sweeper.results.kind import ran_on_server
 from sweeper.run.asking import Asker, Busy, NoRoom
 from sweeper.run.common import SweepOptions, SweepSummary, sigterm_as_interrupt, storage_guard
+from sweeper.run.ctrlc import handled, raise_pending
 from sweeper.run.decide import Outcome, should_stop, skip_limit, stop_state
 from sweeper.run.hostview import Prefixed, host_view
 from sweeper.run.killpoint import killpoint
@@ -99,7 +100,8 @@ class HostPool:
         self._consecutive = 0
         self._skipped = 0
         self._memories: dict[str, FailureMemory] = {}
-        self._asker = Asker(spec, options, self._lock)
+        self._asker = Asker(spec, options, self._lock, self._stop)
+        self.interrupted: list[int] = []  # the trials a Ctrl-C found running
 
     @property
     def study(self) -> optuna.Study:
@@ -224,16 +226,20 @@ class HostPool:
                 for t in threads:
                     t.start()
                 while any(t.is_alive() for t in threads):
+                    raise_pending()  # a Ctrl-C a finalizer dropped (run/ctrlc.py)
                     for t in threads:
                         t.join(0.2)
         except KeyboardInterrupt:
+            handled()
             self._interrupted()
             raise
         finally:
             self._finish()
 
     def _interrupted(self) -> None:
-        self._stop.set()
+        with self._lock:  # never between a claim's stop check and its busy mark (claim)
+            self._stop.set()
+            self.interrupted = [n for n in (w.busy for w in self.workers) if n is not None]
         self.summary.stopped_because = "interrupted"
         for w in self.workers:
             with contextlib.suppress(Exception):

@@ -78,19 +78,21 @@ def check_path(path: Path, key: str, value: str) -> None:
              "write the folder's path on one line, without control characters")
 
 
-def check_storage(path: Path, url: str) -> str:
+def check_storage(path: Path | str, url: str, key: str = "storage") -> str:
+    """A storage URL's form: a scheme sweeper opens, and a file or database named. ``key``:
+    where it was given (the study file's ``storage``; ``--storage`` with no file key)."""
     if not url.startswith(_STORAGE_SCHEMES):
-        fail(path, "storage", f"unsupported storage URL {show(public_url(url))}",
+        fail(path, key, f"unsupported storage URL {show(public_url(url))}",
               "use sqlite:///path.db, postgresql://user@host/db, mysql://... or "
               "journal:///path/file.log")
     if url.startswith(("postgresql+", "mysql+")) and "://" not in url:
-        fail(path, "storage", f"malformed storage URL {show(public_url(url))}",
+        fail(path, key, f"malformed storage URL {show(public_url(url))}",
               "write it like postgresql+psycopg2://user@host/db")
     rest = url.split("://", 1)[1]
     if url.startswith("sqlite:///") and not url[len("sqlite:///"):]:
-        fail(path, "storage", "the sqlite URL names no file", "write sqlite:///studies/NAME.db")
+        fail(path, key, "the sqlite URL names no file", "write sqlite:///studies/NAME.db")
     if not rest.strip("/"):
-        fail(path, "storage", f"the storage URL {show(public_url(url))} names no database "
+        fail(path, key, f"the storage URL {show(public_url(url))} names no database "
              "or file",
               "complete it")
     return url

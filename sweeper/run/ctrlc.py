@@ -1,0 +1,67 @@
+"""A Ctrl-C is never lost.
+
+Python raises KeyboardInterrupt wherever the main thread happens to be when SIGINT
+arrives. When that is a finalizer or a weakref callback (SQLAlchemy's result objects have
+them: reading the study's trials runs one every few milliseconds), the exception is
+printed as "Exception ignored" and dropped, and the sweep goes on as if nothing was
+pressed. ``kept`` installs a handler that also notes the Ctrl-C; ``raise_pending`` raises
+it again at the loop's next check, so a dropped one costs at most one poll, and keeps
+the "Exception ignored" traceback of the dropped one off the user's screen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from types import FrameType
+
+_pending = threading.Event()
+
+
+def note_and_raise(signum: int, frame: FrameType | None) -> None:
+    """The SIGINT handler (SIGTERM's and SIGHUP's raise through here too)."""
+    _pending.set()
+    raise KeyboardInterrupt
+
+
+def raise_pending() -> None:
+    """Raise a Ctrl-C that was noted but dropped; called where the main thread polls."""
+    if _pending.is_set():
+        _pending.clear()
+        raise KeyboardInterrupt
+
+
+def handled() -> None:
+    """The KeyboardInterrupt was caught and acted on: nothing pending any more."""
+    _pending.clear()
+
+
+@contextlib.contextmanager
+def kept() -> Iterator[None]:
+    """While inside, SIGINT goes through ``note_and_raise`` (main thread only: elsewhere a
+    handler cannot be set, and Python's own stays)."""
+    quiet = sys.unraisablehook
+
+    def unraisable(info: sys.UnraisableHookArgs) -> None:
+        # the dropped Ctrl-C is noted and raised again: no "Exception ignored" traceback
+        if not isinstance(info.exc_value, KeyboardInterrupt):
+            quiet(info)
+
+    sys.unraisablehook = unraisable
+    try:
+        previous = signal.getsignal(signal.SIGINT)
+        # ignored (nohup, a background job without job control): it stays ignored
+        if previous is not signal.SIG_IGN:
+            signal.signal(signal.SIGINT, note_and_raise)
+    except ValueError:
+        previous = signal.SIG_IGN  # not the main thread: nothing installed to restore
+    try:
+        yield
+    finally:
+        if previous is not signal.SIG_IGN:
+            signal.signal(signal.SIGINT, previous)
+        sys.unraisablehook = quiet
+        _pending.clear()

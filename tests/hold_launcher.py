@@ -1,0 +1,36 @@
+"""A server launcher for the early Ctrl-C tests: ``python -m sweeper.sim ...`` (the real
+simulator), except at one moment, where it holds without returning, so a test can press
+Ctrl-C on the sweeper exactly there and not at a moment a sleep guessed.
+
+    python tests/hold_launcher.py MODE FOLDER SECONDS -m sweeper.sim ARGS...
+
+MODE ``help`` holds the preflight's ``--help``; ``start`` holds the first server start (a
+later one, the resume's, runs the simulator). Holding, it writes its PID to
+FOLDER/held-MODE; it ends on its own after SECONDS, so it never outlives a test that failed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from pathlib import Path
+
+
+def main() -> None:
+    mode, folder, seconds = sys.argv[1:4]
+    rest = sys.argv[4:]
+    marker = Path(folder) / f"held-{mode}"
+    is_help = "--help" in rest
+    is_server = rest[:2] == ["-m", "sweeper.sim"] and not is_help
+    if (mode == "help" and is_help) or (mode == "start" and is_server and not marker.exists()):
+        tmp = marker.with_suffix(".tmp")
+        tmp.write_text(str(os.getpid()))
+        tmp.rename(marker)  # whole, or not there: the test reads the PID from it
+        threading.Event().wait(float(seconds))
+        sys.exit(3)
+    os.execv(sys.executable, [sys.executable, *rest])
+
+
+if __name__ == "__main__":
+    main()
