@@ -17,6 +17,7 @@ from sweeper.measure.sure import (
     p_best_within,
     p_within_estimates,
     p_within_starts,
+    prior_spreads,
     shrink,
 )
 
@@ -34,6 +35,22 @@ def test_fit_prior_recovers_a_known_spread_through_unequal_errors() -> None:
     assert prior.mean == pytest.approx(0.3, abs=0.002)
     assert math.sqrt(prior.var) == pytest.approx(0.02, rel=0.1)
     assert fit_prior(est[:2]) is None  # two estimates say nothing about a spread
+
+
+def test_prior_spreads_weigh_what_the_estimates_allow() -> None:
+    rng = random.Random(4)
+    many = [Estimate(rng.gauss(0.0, 0.02) + rng.gauss(0, 0.01), 0.01) for _ in range(400)]
+    spreads = prior_spreads(many)
+    assert sum(w for _, w in spreads) == pytest.approx(1.0)
+    mean_sd = sum(w * math.sqrt(p.var) for p, w in spreads)
+    assert mean_sd == pytest.approx(0.02, rel=0.15)
+    # three estimates that happen to agree do not prove the truths equal: much of the
+    # weight stays on spreads as large as their errors
+    few = prior_spreads([Estimate(0.0, 0.02), Estimate(0.001, 0.02), Estimate(-0.001, 0.02)])
+    assert sum(w for p, w in few if math.sqrt(p.var) >= 0.01) > 0.2
+    agreeing = fit_prior([Estimate(0.0, 0.02), Estimate(0.001, 0.02), Estimate(-0.001, 0.02)])
+    assert agreeing is not None and agreeing.var == 0.0  # the likeliest spread alone: none
+    assert prior_spreads(many[:2]) == []
 
 
 def test_shrink_pulls_a_noisy_estimate_further_than_a_precise_one() -> None:

@@ -130,13 +130,13 @@ def p_best_within(best: Estimate, others: Sequence[Estimate], tol: float) -> flo
     if not others:
         return 1.0
     x = best.log_mean + best.se * _NODES
-    log_p = np.zeros_like(x)
-    for o in others:
-        d = x - o.log_mean - math.log(1.0 - tol)
-        if o.se > 0:
-            log_p += _st.norm.logcdf(d / o.se)
-        else:
-            log_p += np.where(d >= 0, 0.0, -np.inf)
+    m = np.array([o.log_mean for o in others])[:, None]
+    se = np.array([o.se for o in others])[:, None]
+    d = x[None, :] - m - math.log(1.0 - tol)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # a rival known exactly (se 0): below or not
+        log_p = np.where(se > 0, _st.norm.logcdf(d / np.where(se > 0, se, 1.0)),
+                         np.where(d >= 0, 0.0, -np.inf)).sum(axis=0)
     return float(np.clip((_WEIGHTS * np.exp(log_p)).sum(), 0.0, 1.0))
 
 
