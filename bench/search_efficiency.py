@@ -31,7 +31,9 @@ modelled minutes of a restart; each combination is a row. Per strategy, a second
 median node-hours to the final pick (the simulated clock when it was first measured) and
 for the whole sweep (the confirm phase's included; the stop rule may end it early), how
 many sweeps the stop rule ended, and calibration: the mean "How sure" of the picks against
-the share of picks truly within 1% of the optimum.
+the share of picks truly within 1% of the truly best configuration the sweep measured (the
+event it states; within 1% of the optimum beside it). ``--per-seed``: one line per seed;
+``--first-seed``: where the seeds start.
 
     .venv/bin/python bench/search_efficiency.py                   # demo + kimi, 20 seeds
     .venv/bin/python bench/search_efficiency.py --profile bench/landscapes/wide-tree-h200.yaml
