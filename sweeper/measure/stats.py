@@ -296,23 +296,6 @@ def se2_after(starts: Starts, tau2: float, floor_cv: float, *, more_runs: int = 
     return 1.0 / total if total > 0 else math.inf
 
 
-def p_within_starts(best: Starts, others: Sequence[Starts], tau2: float,
-                    tol: float = 0.01, floor_cv: float | None = None) -> float:
-    """``p_within`` on two levels: each configuration's mean and error from its starts
-    (``two_level``), so runs on one start are not taken for independent evidence.
-    ``floor_cv``: the least within-start spread believed; default: the pooled one."""
-    if floor_cv is None:
-        floor_cv = math.sqrt(within_variance([best, *others]))
-    b = two_level(best, tau2, floor_cv)
-    p = 1.0
-    for o in others:
-        t = two_level(o, tau2, floor_cv)
-        d = math.log(b.mean) - math.log(t.mean) - math.log(1.0 - tol)
-        se = math.hypot(b.se, t.se)
-        p *= float(_st.norm.cdf(d / se)) if se > 0 else float(d >= 0)
-    return p
-
-
 def speedup_starts(a: Starts, b: Starts, tau2: float, floor_cv: float = 0.0) -> Ratio:
     """Speedup of ``a`` over ``b`` with a 95% interval that includes the between-start
     variance of both."""

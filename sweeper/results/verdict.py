@@ -23,7 +23,6 @@ from sweeper.measure.stats import (
     TwoLevel,
     add_start,
     consistent_starts,
-    p_within_starts,
     prompt_effects,
     speedup,
     start_variance,
@@ -31,6 +30,7 @@ from sweeper.measure.stats import (
     two_level,
     within_variance,
 )
+from sweeper.measure.sure import p_within_starts
 from sweeper.results import attrs as A
 from sweeper.results.kind import TrialKind, kind_of
 from sweeper.results.labels import short_params  # noqa: F401 - re-exported
@@ -189,8 +189,8 @@ class Verdict:
     per_level: dict[int, ConfigResult] = field(default_factory=dict)
     front: list[ConfigResult] = field(default_factory=list)
     # estimated probability that the best is truly within 1% of every other configuration
-    # it was chosen from (measure/stats.p_within_starts: two levels); None with nothing
-    # to compare
+    # it was chosen from (measure/sure.p_within_starts: two levels, the winner's curse);
+    # None with nothing to compare
     sure: float | None = None
     # the between-start spread measured on this node (measure/stats.start_variance)
     start: StartVariance | None = None

@@ -36,7 +36,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sweeper.measure.stats import Starts, p_within_starts, se2_after
+from sweeper.measure.stats import Starts, se2_after
+from sweeper.measure.sure import p_within_starts
 from sweeper.search.model.racing import INDIFFERENCE, expected_excess
 
 SURE_TOL = 0.01  # "within 1% of the best", as results/verdict.py states it
