@@ -346,15 +346,15 @@ def _visit(sweep: HostSession, cand: Candidate, tag: str, bench: Any,
 
 
 def _verdict_note(outcome: ConfirmOutcome, c: Candidate) -> str:
-    """The confirm table's last column: what the phase says of ``c`` beyond its speed."""
-    if c.failed:
-        return f"a fresh start failed ({c.failed.split(':')[0]}): cannot win"
+    """The confirm table's last column: what the phase says of ``c`` beyond its speed (in
+    the words every reader of the stored verdict uses: results/verdict.cannot_win)."""
+    ruled_out = R.cannot_win({"lossless_mismatches": outcome.lossless_mismatches,
+                              "failed_starts": outcome.failed})
+    if c.result.config_id in ruled_out:
+        return f"{ruled_out[c.result.config_id]}: cannot win"
     if c.result.is_baseline:
         return "-"
-    if outcome.baseline is None:
-        return "not checked (no baseline)"
-    mism = outcome.lossless_mismatches.get(c.result.config_id)
-    return f"differs on prompts {mism}: cannot win" if mism else "same outputs"
+    return "not checked (no baseline)" if outcome.baseline is None else "same outputs"
 
 
 def _ratio_dict(r: Ratio | None) -> dict[str, float] | None:
