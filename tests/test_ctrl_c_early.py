@@ -140,14 +140,20 @@ def test_a_ctrl_c_a_finalizer_dropped_is_raised_at_the_next_check() -> None:
         signal.raise_signal(signal.SIGINT)
         sum(range(1000))  # the handler runs here, inside the callback: Python drops it
 
-    with ctrlc.kept():
-        thing = Thing()
-        ref = weakref.ref(thing, press_ctrl_c)
-        del thing  # the weakref callback runs; its KeyboardInterrupt is "ignored"
-        assert ref() is None
-        with pytest.raises(KeyboardInterrupt):
-            ctrlc.raise_pending()
-        ctrlc.raise_pending()  # raised once, not again
+    # a terminal's Ctrl-C: whoever started the tests may have left SIGINT ignored (a
+    # background job of a shell without job control), and kept() rightly keeps it so
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with ctrlc.kept():
+            thing = Thing()
+            ref = weakref.ref(thing, press_ctrl_c)
+            del thing  # the weakref callback runs; its KeyboardInterrupt is "ignored"
+            assert ref() is None
+            with pytest.raises(KeyboardInterrupt):
+                ctrlc.raise_pending()
+            ctrlc.raise_pending()  # raised once, not again
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_an_ignored_sigint_stays_ignored() -> None:
