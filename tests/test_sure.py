@@ -17,6 +17,7 @@ from sweeper.measure.sure import (
     p_best_within,
     p_within_estimates,
     p_within_starts,
+    posterior_log_means,
     prior_spreads,
     shrink,
 )
@@ -138,3 +139,29 @@ def test_starts_enter_through_their_two_level_estimate() -> None:
     assert p_within_starts(lead, [rival], tau2=0.02**2, tol=0.0) < 0.7
     assert p_within_starts(lead * 3, [rival * 3], tau2=0.02**2, tol=0.0) > \
         p_within_starts(lead, [rival], tau2=0.02**2, tol=0.0)
+
+
+def test_the_posterior_pick_loses_less_to_the_winners_curse_than_the_raw_one() -> None:
+    """Sweeps of known truth where most configurations were measured on one start and a
+    few leaders on several: picking the best posterior (the leaders shrunk towards one
+    another by their errors) is truly within 1% of the best more often, and loses less on
+    average, than picking the best raw estimate."""
+    rng = random.Random(7)
+    hits = {"raw": 0, "posterior": 0}
+    loss = {"raw": 0.0, "posterior": 0.0}
+    for _ in range(400):
+        truth = [rng.gauss(0.0, 0.012) for _ in range(16)] + \
+            [rng.gauss(-0.1, 0.04) for _ in range(16)]
+        starts = [rng.choice((1, 1, 1, 2, 4)) for _ in truth]
+        est = [Estimate(t + rng.gauss(0, 0.02 / math.sqrt(n)), 0.02 / math.sqrt(n))
+               for t, n in zip(truth, starts, strict=True)]
+        post = posterior_log_means(est, TOL)
+        for name, score in (("raw", [e.log_mean for e in est]), ("posterior", post)):
+            k = max(range(len(est)), key=lambda j: score[j])
+            hits[name] += truth[k] >= max(truth) + math.log(1 - TOL)
+            loss[name] += max(truth) - truth[k]
+    assert hits["posterior"] > hits["raw"] + 10, (hits, loss)
+    assert loss["posterior"] < 0.92 * loss["raw"], (loss, hits)
+    # the order of configurations far from the lead is the measured one
+    far = [Estimate(0.0, 0.01), Estimate(-0.5, 0.01), Estimate(-0.6, 0.01)]
+    assert posterior_log_means(far)[1:] == [-0.5, -0.6]

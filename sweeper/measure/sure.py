@@ -177,3 +177,27 @@ def p_within_starts(best: Starts, others: Sequence[Starts], tau2: float,
         return Estimate(math.log(t.mean), t.se)
 
     return p_within_estimates(est(best), [est(o) for o in others], tol)
+
+
+def posterior_log_means(estimates: Sequence[Estimate], tol: float = 0.01) -> list[float]:
+    """Each configuration's expected true log tok/s after the winner's curse: those in
+    contention with the highest estimate shrunk towards one another under the spreads
+    their estimates allow (as ``p_within_estimates`` does), the rest as measured.
+
+    Ranking by these rather than by the raw means is the Bayes pick under the same
+    prior: a configuration whose lead rests on one server start (its error as large as
+    the gaps chased) no longer outranks one measured on several starts just below it."""
+    if not estimates:
+        return []
+    top = max(range(len(estimates)), key=lambda i: estimates[i].log_mean)
+    near = [i == top or n for i, n in enumerate(
+        contenders(estimates[top], estimates, tol))]
+    group = [e for e, n in zip(estimates, near, strict=True) if n]
+    priors = prior_spreads(group)
+    if not priors:
+        return [e.log_mean for e in estimates]
+    out = []
+    for e, n in zip(estimates, near, strict=True):
+        out.append(sum(w * shrink(e, p).log_mean for p, w in priors if w > 1e-9) if n
+                   else e.log_mean)
+    return out

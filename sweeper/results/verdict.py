@@ -30,7 +30,7 @@ from sweeper.measure.stats import (
     two_level,
     within_variance,
 )
-from sweeper.measure.sure import p_within_starts
+from sweeper.measure.sure import Estimate, p_within_starts, posterior_log_means
 from sweeper.results import attrs as A
 from sweeper.results.kind import TrialKind, kind_of
 from sweeper.results.labels import short_params  # noqa: F401 - re-exported
@@ -167,7 +167,18 @@ def baseline_result(results: Sequence[ConfigResult]) -> ConfigResult | None:
 
 
 def ranked(results: Sequence[ConfigResult], objective: str = "mean") -> list[ConfigResult]:
-    return sorted(results, key=lambda r: r.objective(objective), reverse=True)
+    """Best first. By mean (the default objective): each configuration's two-level
+    estimate (its starts weighed by what each says, the between-start variance included),
+    the leaders shrunk towards one another (measure/sure.posterior_log_means: a lead that
+    rests on one lucky start is discounted by as much as its error allows). The median
+    and the minimum rank by the pooled runs' statistic, as measured."""
+    if objective != "mean" or not results or any(r.two is None for r in results):
+        return sorted(results, key=lambda r: r.objective(objective), reverse=True)
+    est = [Estimate(math.log(r.two.mean), r.two.se) for r in results  # type: ignore[union-attr]
+           ]
+    score = dict(zip((r.config_id for r in results), posterior_log_means(est), strict=True))
+    return sorted(results, key=lambda r: (score[r.config_id], r.objective(objective)),
+                  reverse=True)
 
 
 @dataclass

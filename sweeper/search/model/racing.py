@@ -1,7 +1,7 @@
 """Racing: replicates where they change the decision, and how sure the pick is.
 
 Pure statistics on pooled runs (log scale: throughput errors are relative). The leader is
-the best pooled mean, as the verdict picks it (results/verdict.py). A challenger whose
+the best posterior, as the verdict picks it (results/verdict.ranked). A challenger whose
 interval overlaps the leader's may truly be the better one; the expected loss of keeping
 the leader, ``E[max(0, mu_j - mu_leader - indifference)]``, is what one more measurement of the less
 measured of the two can recover. The sampler weighs it against what exploring a new
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from scipy.stats import norm
 
 from sweeper.measure.stats import se2_after, start_variance, within_variance
+from sweeper.measure.sure import Estimate, posterior_log_means
 
 CHALLENGERS = 4  # beyond the top few, a replicate almost never changes the pick
 # Indifference zone (log tok/s): a challenger truly ahead by less than this is as good a
@@ -91,7 +92,7 @@ def race(arms: Sequence[Arm], floor_cv: float,
          belief: Mapping[str, tuple[float, float]] | None = None,
          tau2: float | None = None) -> RaceCall | None:
     """The replicate that most reduces the decision's expected loss, or None when there
-    is no challenger. The leader is the best pooled mean (the verdict's pick).
+    is no challenger. The leader is the best posterior (the verdict's pick).
     ``belief``: the model's posterior (mean, sd) of log tok/s per configuration; it knows
     what a configuration's neighbours say, so a good configuration measured low once
     still challenges. Without it, the pooled runs alone. ``tau2``: the between-start
@@ -100,7 +101,10 @@ def race(arms: Sequence[Arm], floor_cv: float,
     if len(arms) < 2:
         return None
     tau2 = arm_tau2(arms) if tau2 is None else tau2
-    lead = max(arms, key=lambda a: a.mean)
+    # the verdict's pick (results/verdict.ranked): the best posterior, not the best raw mean
+    post_lead = posterior_log_means([Estimate(math.log(a.mean), math.sqrt(a.se2(floor_cv, tau2)))
+                                     for a in arms])
+    lead = arms[max(range(len(arms)), key=lambda i: post_lead[i])]
 
     def post(a: Arm) -> tuple[float, float]:
         if belief is not None and a.key in belief:
