@@ -26,6 +26,7 @@ from optuna.trial import TrialState
 from sweeper.sim.profiles import PROFILE_DIR
 from sweeper.sim.truth import expected_throughput
 
+from .browser import keep_figure
 from .conftest import ROOT, SIM_LAUNCHER, demo_study_data, run_cli, wait_for
 
 TREE = {"speculative-num-steps": 3, "speculative-eagle-topk": 2,
@@ -180,6 +181,7 @@ def test_status_export_note_and_report_agree_on_the_winner_per_level(
     report = run_cli("report", "--study", str(traffic), "-o", str(tmp_path / "rep"))
     assert report.returncode == 0, report.stderr
     assert (tmp_path / "rep" / "traffic.png").stat().st_size > 10_000
+    keep_figure(tmp_path / "rep" / "traffic.png", "report-traffic.png")  # the README's
     page = (tmp_path / "rep" / "report.html").read_text()
     assert 'id="fig-traffic"' in page and 'id="winner-per-level"' in page
     table = page.split('id="winner-per-level"')[1].split("</table>")[0]
