@@ -156,6 +156,30 @@ def test_a_ctrl_c_a_finalizer_dropped_is_raised_at_the_next_check() -> None:
         signal.signal(signal.SIGINT, previous)
 
 
+def test_a_noted_ctrl_c_is_the_main_threads_alone() -> None:
+    # a worker thread polling (a server start in the sweep's pool) neither raises it nor
+    # clears it: the main thread's next check does
+    import threading
+
+    with ctrlc.kept():
+        with pytest.raises(KeyboardInterrupt):
+            ctrlc.note_and_raise(signal.SIGINT, None)
+        raised: list[BaseException] = []
+
+        def poll() -> None:
+            try:
+                ctrlc.raise_pending()
+            except BaseException as exc:  # noqa: BLE001 - what it raised is the finding
+                raised.append(exc)
+
+        worker = threading.Thread(target=poll)
+        worker.start()
+        worker.join(timeout=10)
+        assert not raised
+        with pytest.raises(KeyboardInterrupt):
+            ctrlc.raise_pending()
+
+
 def test_an_ignored_sigint_stays_ignored() -> None:
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # nohup, a background job
     try:

@@ -138,19 +138,28 @@ def _has_live_member(pgid: int) -> bool:
     stopped server's processes whose parent died wait for PID 1 to reap them, which some
     inits (a container's, a VM's) do seconds later; every stop waited for that. A zombie
     holds no memory, GPU or port. Without /proc (not Linux), every member counts."""
+    # the group's leader (the launched server) is almost always the live member: one read,
+    # not a scan of every process, on the path every health poll takes
+    if _proc_state(Path(f"/proc/{pgid}/stat"), pgid) is True:
+        return True
     try:
         stats = list(Path("/proc").glob("[0-9]*/stat"))
     except OSError:
         return True
     if not stats:
         return True
-    for stat in stats:
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            # after the command's closing parenthesis: state, ppid, pgrp
-            state, _ppid, pgrp = stat.read_text().rsplit(")", 1)[1].split()[:3]
-            if int(pgrp) == pgid and state not in ("Z", "X"):
-                return True
-    return False
+    return any(_proc_state(stat, pgid) for stat in stats)
+
+
+def _proc_state(stat: Path, pgid: int) -> bool | None:
+    """Whether the process of ``stat`` (/proc/PID/stat) is a live member of group ``pgid``
+    (None: gone or unreadable)."""
+    try:
+        # after the command's closing parenthesis: state, ppid, pgrp
+        state, _ppid, pgrp = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        return int(pgrp) == pgid and state not in ("Z", "X")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def pid_alive(pid: int) -> bool:

@@ -29,6 +29,7 @@ from sweeper.remote.host import Host
 from sweeper.remote.owner import stranger_on_port
 from sweeper.remote.secretflags import secret_launch
 from sweeper.remote.workdir import MARKER, check_run_dir, next_start
+from sweeper.run.ctrlc import raise_pending
 
 POLL_SECONDS = 0.2
 LOG_TAIL_BYTES = 6000
@@ -203,4 +204,7 @@ class ServerManager:
                         _tail_lines(self.log_tail(handle)))
                 if on_progress:
                     on_progress(now - start)
+                # a start takes minutes on a real node: a Ctrl-C a finalizer dropped in the
+                # main thread (the confirm phase waits here) is raised now, not after it
+                raise_pending()
                 time.sleep(POLL_SECONDS)

@@ -28,8 +28,9 @@ def note_and_raise(signum: int, frame: FrameType | None) -> None:
 
 
 def raise_pending() -> None:
-    """Raise a Ctrl-C that was noted but dropped; called where the main thread polls."""
-    if _pending.is_set():
+    """Raise a Ctrl-C that was noted but dropped; called where the main thread polls (a
+    no-op on any other thread: a Ctrl-C is the main thread's to act on)."""
+    if _pending.is_set() and threading.current_thread() is threading.main_thread():
         _pending.clear()
         raise KeyboardInterrupt
 
