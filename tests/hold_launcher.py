@@ -5,8 +5,11 @@ Ctrl-C on the sweeper exactly there and not at a moment a sleep guessed.
     python tests/hold_launcher.py MODE FOLDER SECONDS -m sweeper.sim ARGS...
 
 MODE ``help`` holds the preflight's ``--help``; ``start`` holds the first server start (a
-later one, the resume's, runs the simulator). Holding, it writes its PID to
-FOLDER/held-MODE; it ends on its own after SECONDS, so it never outlives a test that failed.
+later one, the resume's, runs the simulator); ``gate`` holds the first server start until
+the test creates FOLDER/release-gate, then runs the simulator (the sweeper is then
+certainly mid-sweep while the test acts, however slow the machine). Holding, it writes its
+PID to FOLDER/held-MODE; it ends on its own after SECONDS, so it never outlives a test that
+failed.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 
 
@@ -23,11 +27,18 @@ def main() -> None:
     marker = Path(folder) / f"held-{mode}"
     is_help = "--help" in rest
     is_server = rest[:2] == ["-m", "sweeper.sim"] and not is_help
-    if (mode == "help" and is_help) or (mode == "start" and is_server and not marker.exists()):
+    if (mode == "help" and is_help) or (mode in ("start", "gate") and is_server
+                                        and not marker.exists()):
         tmp = marker.with_suffix(".tmp")
         tmp.write_text(str(os.getpid()))
         tmp.rename(marker)  # whole, or not there: the test reads the PID from it
-        threading.Event().wait(float(seconds))
+        release = Path(folder) / f"release-{mode}"
+        deadline = time.monotonic() + float(seconds)
+        while mode == "gate" and time.monotonic() < deadline:
+            if release.exists():
+                os.execv(sys.executable, [sys.executable, *rest])
+            time.sleep(0.05)
+        threading.Event().wait(max(deadline - time.monotonic(), 0.0))
         sys.exit(3)
     os.execv(sys.executable, [sys.executable, *rest])
 

@@ -23,8 +23,10 @@ from sweeper.results import attrs as A
 from sweeper.run.heartbeat import STALE_SECONDS
 from sweeper.run.reconcile import counts_as_finished
 
-from .conftest import ROOT, run_cli, streaming_trial, wait_for
-from .timeouts import scaled
+from .conftest import ROOT, SIM_LAUNCHER, run_cli, wait_for
+from .timeouts import duration, scaled
+
+HOLD = ROOT / "tests" / "hold_launcher.py"
 
 
 def _running(study: optuna.Study, started: datetime, **attrs: object) -> int:
@@ -84,16 +86,23 @@ def _second_file(path: Path, tmp_path: Path) -> Path:
 
 def test_fresh_refuses_while_another_sweeper_works_on_the_study(make_study,
                                                                tmp_path: Path) -> None:
-    path = make_study(benchmark={"max_tokens": 400, "runs": 3, "warmup": 1})
+    # the first sweeper's first server start is held until the second command has run:
+    # it is certainly mid-sweep then (on a loaded machine it once finished all its trials
+    # before the second command had even started, and --fresh rightly went through)
+    sim = SIM_LAUNCHER.removeprefix("{python} ")
+    path = make_study(benchmark={"max_tokens": 400, "runs": 3, "warmup": 1}, server={
+        "launcher": f"{{python}} {HOLD} gate {tmp_path} {scaled(240):g} {sim}",
+        "startup_timeout": duration(240), "hang_timeout": duration(240)})
     db = tmp_path / "t.db"
     proc = subprocess.Popen([sys.executable, "-m", "sweeper", "optimize", "--study", str(path),
                              "--trials", "3"], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        wait_for(lambda: proc.poll() is None and streaming_trial(db), 90,
-                 "the first sweeper mid-trial")
+        wait_for(lambda: proc.poll() is None and (tmp_path / "held-gate").exists(), 90,
+                 "the first sweeper's first server start")
         fresh = run_cli("optimize", "--study", str(_second_file(path, tmp_path)),
                         "--trials", "1", "--fresh", "--yes")
+        (tmp_path / "release-gate").touch()
         out, err = proc.communicate(timeout=scaled(240))
     finally:
         if proc.poll() is None:
