@@ -47,6 +47,12 @@ class Encoder:
         self.max_steps = max((s.steps for s in shapes), default=1)
         self.max_topk = max((s.topk for s in shapes), default=1)
         self.max_draft = max((s.draft for s in shapes), default=2)
+        # chains and trees both in the space: every knob also gets a factor of its own for
+        # trees. A tree's verify runs other kernels (a tree mask, another attention path),
+        # so a knob measured on chains says little about it on a tree: one shared factor
+        # carried a chain's gain to trees, where the same setting lost, and the trees
+        # with the other setting were never measured
+        self.tree_factors = any(s.topk > 1 for s in shapes) and any(s.topk == 1 for s in shapes)
 
     def shape(self, eff: Mapping[str, Any]) -> Shape | None:
         return Shape.of(eff, self.fixed)
@@ -71,12 +77,13 @@ class Encoder:
 
     # --- the other knobs as factors -----------------------------------------------------
     def factor_size(self) -> int:
-        return (len(self.levels) + len(self.numeric)) * max(len(self.tp_values), 1)
+        blocks = max(len(self.tp_values), 1) + int(self.tree_factors)
+        return (len(self.levels) + len(self.numeric)) * blocks
 
     def factor_features(self, eff: Mapping[str, Any]) -> np.ndarray:
         """Each knob value's own factor, then the same again per draft TP but the first:
         a knob such as NCCL's algorithm may act on the draft's communication only, which
-        exists at one draft TP and not at another."""
+        exists at one draft TP and not at another; then again for trees (tree_factors)."""
         base = np.zeros(len(self.levels) + len(self.numeric))
         for k, v in others(eff).items():
             i = self.level_index.get((k, str(v)))
@@ -87,6 +94,8 @@ class Encoder:
                 base[len(self.levels) + list(self.numeric).index(k)] = (float(v) - lo) / (hi - lo)
         s = self.shape(eff)
         inter = [base * float(s is not None and s.draft_tp == tp) for tp in self.tp_values[1:]]
+        if self.tree_factors:
+            inter.append(base * float(s is not None and s.topk > 1))
         return np.concatenate([base, *inter])
 
     # --- the residual's kernel space ----------------------------------------------------
