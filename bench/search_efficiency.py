@@ -211,8 +211,8 @@ def _header(label: str, spec: StudySpec, sim_profile: str, truth: GroundTruth, s
           f"baseline {truth.true_tok_s(truth.baseline_cid):.1f}")
     full, check = confirm_plan(spec, "tpe"), confirm_plan(spec, "model")
     confirm = (f"inside the budget, the confirm phase the CLI runs: top {full.top} + baseline "
-               f"({full.restarts} restarts), or with the model sampler the lossless check of "
-               f"its pick ({check.restarts})" if full.top else "no confirm phase")
+               f"({full.restarts} restarts), or with the model sampler top {check.top} + "
+               f"baseline ({check.restarts})" if full.top else "no confirm phase")
     print(f"   {seeds} seeds, {budget} restarts per sweep at most ({confirm}); benchmark "
           f"{spec.benchmark.runs} runs x {spec.benchmark.max_tokens} tokens; noise cycle_sd "
           f"{truth.profile.noise.cycle_sd}, accept_sd {truth.profile.noise.accept_sd}; "

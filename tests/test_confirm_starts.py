@@ -21,7 +21,9 @@ def test_every_sampler_confirms_on_two_starts_per_contender(make_study) -> None:
         assert plan.rounds >= 2, sampler
         assert plan.restarts == plan.rounds * (plan.top + 1)
     spec = load_study(str(make_study(sweep={"sampler": "model", "confirm_top": 3})))
-    assert confirm_plan(spec).top == 1  # racing settled the leaders: the winner's check
+    assert confirm_plan(spec).top == 2  # racing narrowed the leaders: the top two
+    spec = load_study(str(make_study(sweep={"sampler": "model", "confirm_top": 1})))
+    assert confirm_plan(spec).top == 1  # never more than the study asks for
     assert confirm_plan(spec, skip=True).restarts == 0
 
 
