@@ -174,8 +174,7 @@ def ranked(results: Sequence[ConfigResult], objective: str = "mean") -> list[Con
     and the minimum rank by the pooled runs' statistic, as measured."""
     if objective != "mean" or not results or any(r.two is None for r in results):
         return sorted(results, key=lambda r: r.objective(objective), reverse=True)
-    est = [Estimate(math.log(r.two.mean), r.two.se) for r in results  # type: ignore[union-attr]
-           ]
+    est = [Estimate(math.log(two.mean), two.se) for two in (r.two for r in results) if two]
     score = dict(zip((r.config_id for r in results), posterior_log_means(est), strict=True))
     return sorted(results, key=lambda r: (score[r.config_id], r.objective(objective)),
                   reverse=True)
