@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from typing import Any
 
 import numpy as np
@@ -206,3 +207,29 @@ def test_a_cost_measured_with_one_knob_value_only_is_uncertain_with_another() ->
     _, sd = model.predict(Batch(enc, [tree_ring, tree_unset]))
     assert sd[0] < 0.02  # measured: its own runs pin it
     assert sd[1] > 2 * sd[0] and sd[1] > 0.03  # the split is the factor's prior width
+
+
+def test_the_model_compares_runs_prompt_by_prompt() -> None:
+    """Every trial starts on the prompt set's first pass; one measured longer goes on to
+    later, harder prompts. Two configurations of the same true speed: raw, the one
+    measured longer looks slower by the prompts' difference; as the model reads them
+    (prompt effects taken out, like the verdict) they are alike. Without positions the
+    runs are read as they are."""
+    ease = [1.03] * 10 + [0.97] * 20  # positions 0-9 easy, 10-29 hard
+    speed = {"a": 100.0, "b": 100.0, "c": 95.0}
+    trials = []
+    for n, (name, count) in enumerate((("a", 10), ("b", 30), ("c", 30))):
+        eff = {"speculative-num-steps": 2 + n, "speculative-eagle-topk": 1}
+        t = trial(n, eff, [speed[name] * ease[p] for p in range(count)])
+        t.user_attrs[A.RUN_POSITIONS] = list(range(count))
+        trials.append(t)
+    obs = {o.trials[0]: o for o in read_history(trials).observations}
+    for t in trials:
+        del t.user_attrs[A.RUN_POSITIONS]
+    raw = {o.trials[0]: o for o in read_history(trials).observations}
+    raw_gap = raw[0].mean / raw[1].mean - 1
+    assert raw_gap == pytest.approx(1.03 / statistics.fmean(ease) - 1, rel=1e-6)
+    # (prompt effects seen on few configurations are shrunk towards none, as in the
+    # verdict: the difference is not removed whole with three configurations)
+    assert abs(obs[0].mean / obs[1].mean - 1) < raw_gap / 2, (obs[0].mean, obs[1].mean)
+    assert obs[1].mean / obs[2].mean == pytest.approx(100 / 95, rel=1e-6)

@@ -19,7 +19,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from sweeper.measure.stats import add_start, start_variance, two_level
+from sweeper.measure.stats import add_start, prompt_effects, start_variance, two_level
 from sweeper.results import attrs as A
 from sweeper.results.kind import TrialKind, kind_of
 from sweeper.study import DRAFT, STEPS, TOPK
@@ -70,6 +70,10 @@ class Observation:
     trials: list[int] = field(default_factory=list)
     starts: list[list[float]] = field(default_factory=list)  # runs by server start (trial)
     tau2: float = 0.0  # the study's between-start variance (read_history sets it)
+    # (prompt position, tok/s) of every run, in the order of ``runs``, while every trial
+    # of it recorded where its runs started (results/attrs.RUN_POSITIONS)
+    positions: list[tuple[int, float]] = field(default_factory=list)
+    positioned: bool = True
 
     @property
     def mean(self) -> float:
@@ -138,10 +142,13 @@ def read_history(trials: Sequence[FrozenTrial]) -> History:
             elif cid not in outcomes or not outcomes[cid].failed:
                 outcomes[cid] = Outcome(cid, eff, True, ua.get(A.FAILURE))
             continue
-        runs = [float(v) for v in ua.get(A.RUNS) or ([t.value] if t.value else [])]
-        runs = [r for r in runs if r > 0]
+        raw = [float(v) for v in ua.get(A.RUNS) or ([t.value] if t.value else [])]
+        runs = [r for r in raw if r > 0]
         if not runs:
             continue
+        where = ua.get(A.RUN_POSITIONS) or []
+        placed = [(int(p), v) for p, v in zip(where, raw, strict=True)
+                  if v > 0 and p is not None] if len(where) == len(raw) else []
         if ua.get(A.ROLE) == A.BASELINE:
             baseline = baseline or Observation(cid, eff)
             baseline.runs.extend(runs)
@@ -149,12 +156,15 @@ def read_history(trials: Sequence[FrozenTrial]) -> History:
             continue
         o = obs.setdefault(cid, Observation(cid, eff))
         o.runs.extend(runs)
+        o.positions.extend(placed)
+        o.positioned = o.positioned and len(placed) == len(runs)
         add_start(o.starts, runs, ua.get(A.STARTUP) == 0)
         o.trials.append(t.number)
         acc = ua.get(A.ACCEPT) or ua.get(A.ACCEPT_LOG)
         if acc:
             o.accepts.append(float(acc))
         outcomes.setdefault(cid, Outcome(cid, eff, False, None))
+    _compare_prompt_by_prompt(list(obs.values()))
     failed = {c for c, o in outcomes.items() if o.failed}
     every = [*obs.values(), *([baseline] if baseline else [])]
     # The model takes the start-to-start spread in only once replicates on other starts
@@ -164,3 +174,21 @@ def read_history(trials: Sequence[FrozenTrial]) -> History:
     for o in every:
         o.tau2 = sv.tau2 if sv.configs else 0.0
     return History(list(obs.values()), list(outcomes.values()), skipped, baseline, failed)
+
+
+def _compare_prompt_by_prompt(observations: Sequence[Observation]) -> None:
+    """Take the prompts' shared effects out of every run, as the verdict does
+    (results/verdict.two_levels, measure/stats.prompt_effects). Every trial starts on the
+    prompt set's first pass and a configuration measured longer or again goes on to the
+    later prompts, which may be harder on average (a story is less predictable than code):
+    pooled raw, the configurations close to the best, the ones measured most, were ranked
+    down for their prompts by as much as the 1% the sweep chases."""
+    placed = [o for o in observations if o.positioned and o.positions]
+    if len(placed) < 2:
+        return
+    eff = prompt_effects([o.positions for o in placed])
+    for o in placed:
+        adjusted = [v * math.exp(-eff.get(p, 0.0)) for p, v in o.positions]
+        sizes = [len(s) for s in o.starts]
+        o.runs = adjusted
+        o.starts = [adjusted[sum(sizes[:i]):sum(sizes[:i + 1])] for i in range(len(sizes))]
