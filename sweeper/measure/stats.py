@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from scipy import stats as _st
@@ -355,6 +355,16 @@ def prompt_effects(groups: Sequence[Sequence[tuple[int, float]]], shrink: float 
             centre = statistics.fmean(eff.values())
             eff = {p: e - centre for p, e in eff.items()}
     return eff
+
+
+def without_prompt_effects(positions: Sequence[tuple[int, float]], starts: Starts,
+                           effects: Mapping[int, float]) -> list[list[float]]:
+    """A configuration's runs by start with each prompt's shared effect (``prompt_effects``)
+    divided out. ``positions``: (position, tok/s) of every run, in the order of ``starts``
+    flattened."""
+    adjusted = [v * math.exp(-effects.get(p, 0.0)) for p, v in positions]
+    sizes = [len(s) for s in starts]
+    return [adjusted[sum(sizes[:i]):sum(sizes[:i + 1])] for i in range(len(sizes))]
 
 
 def consistent_starts(reference: Starts, candidates: Starts, tau2: float,

@@ -29,6 +29,7 @@ from sweeper.measure.stats import (
     summarize,
     two_level,
     within_variance,
+    without_prompt_effects,
 )
 from sweeper.measure.sure import Estimate, p_within_starts, posterior_log_means
 from sweeper.results import attrs as A
@@ -135,10 +136,7 @@ def two_levels(results: Sequence[ConfigResult], tau2: float | None = None) -> St
     for r in results:
         r.paired_starts = []
         if eff and r in spec and len(r.positions) == len(r.runs):
-            adjusted = [v * math.exp(-eff.get(p, 0.0)) for p, v in r.positions]
-            sizes = [len(s) for s in r.starts]
-            r.paired_starts = [adjusted[sum(sizes[:i]):sum(sizes[:i + 1])]
-                               for i in range(len(sizes))]
+            r.paired_starts = without_prompt_effects(r.positions, r.starts, eff)
     groups = [r.by_start() for r in results]
     sv = start_variance(groups)
     if tau2 is not None:

@@ -19,7 +19,13 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from sweeper.measure.stats import add_start, prompt_effects, start_variance, two_level
+from sweeper.measure.stats import (
+    add_start,
+    prompt_effects,
+    start_variance,
+    two_level,
+    without_prompt_effects,
+)
 from sweeper.results import attrs as A
 from sweeper.results.kind import TrialKind, kind_of
 from sweeper.study import DRAFT, STEPS, TOPK
@@ -70,10 +76,9 @@ class Observation:
     trials: list[int] = field(default_factory=list)
     starts: list[list[float]] = field(default_factory=list)  # runs by server start (trial)
     tau2: float = 0.0  # the study's between-start variance (read_history sets it)
-    # (prompt position, tok/s) of every run, in the order of ``runs``, while every trial
-    # of it recorded where its runs started (results/attrs.RUN_POSITIONS)
+    # (prompt position, tok/s) of the runs whose trial recorded where they started
+    # (results/attrs.RUN_POSITIONS): all of them when as many as ``runs``
     positions: list[tuple[int, float]] = field(default_factory=list)
-    positioned: bool = True
 
     @property
     def mean(self) -> float:
@@ -157,7 +162,6 @@ def read_history(trials: Sequence[FrozenTrial]) -> History:
         o = obs.setdefault(cid, Observation(cid, eff))
         o.runs.extend(runs)
         o.positions.extend(placed)
-        o.positioned = o.positioned and len(placed) == len(runs)
         add_start(o.starts, runs, ua.get(A.STARTUP) == 0)
         o.trials.append(t.number)
         acc = ua.get(A.ACCEPT) or ua.get(A.ACCEPT_LOG)
@@ -183,12 +187,10 @@ def _compare_prompt_by_prompt(observations: Sequence[Observation]) -> None:
     later prompts, which may be harder on average (a story is less predictable than code):
     pooled raw, the configurations close to the best, the ones measured most, were ranked
     down for their prompts by as much as the 1% the sweep chases."""
-    placed = [o for o in observations if o.positioned and o.positions]
+    placed = [o for o in observations if o.positions and len(o.positions) == len(o.runs)]
     if len(placed) < 2:
         return
     eff = prompt_effects([o.positions for o in placed])
     for o in placed:
-        adjusted = [v * math.exp(-eff.get(p, 0.0)) for p, v in o.positions]
-        sizes = [len(s) for s in o.starts]
-        o.runs = adjusted
-        o.starts = [adjusted[sum(sizes[:i]):sum(sizes[:i + 1])] for i in range(len(sizes))]
+        o.starts = without_prompt_effects(o.positions, o.starts, eff)
+        o.runs = [v for s in o.starts for v in s]
