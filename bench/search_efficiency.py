@@ -33,7 +33,8 @@ for the whole sweep (the confirm phase's included; the stop rule may end it earl
 many sweeps the stop rule ended, and calibration: the mean "How sure" of the picks against
 the share of picks truly within 1% of the truly best configuration the sweep measured (the
 event it states; within 1% of the optimum beside it). ``--per-seed``: one line per seed;
-``--first-seed``: where the seeds start.
+``--first-seed``: where the seeds start; ``--trace``: each sweep's proposals in order, with
+their true gaps (where a sweep went wrong: the region it never reached, a lucky start).
 
     .venv/bin/python bench/search_efficiency.py                   # demo + kimi, 20 seeds
     .venv/bin/python bench/search_efficiency.py --profile bench/landscapes/wide-tree-h200.yaml
@@ -60,12 +61,14 @@ from emulation import (  # bench/, the script's own folder
     SKIP_FIRST,
     GroundTruth,
     Honesty,
+    Sweep,
     emulate,
     gp_missing,
     honesty,
     strategies_available,
 )
 
+from sweeper.results.labels import short_params
 from sweeper.run.confirm import confirm_plan
 from sweeper.search.space import SearchSpace
 from sweeper.study import StudySpec, load_study, parse_study
@@ -134,6 +137,7 @@ class SeedResult:
     # the pick truly within 1% of the truly best configuration the sweep measured: the
     # event "How sure" states a probability of (calibration), exploration aside
     near_measured: bool = False
+    trace: tuple[str, ...] = ()  # --trace: each proposal of the sweep, in order
 
 
 @dataclass(frozen=True)
@@ -154,6 +158,7 @@ class Row:
 _TRUTH: GroundTruth | None = None  # set before the worker processes fork
 FIRST_SEED = 0  # --first-seed: seeds FIRST_SEED .. FIRST_SEED + --seeds - 1
 PER_SEED = False  # --per-seed: one line per seed (its gap, "How sure", node-hours)
+TRACE = False  # --trace: and each proposal of the sweep with its true gap
 
 
 def _one(task: tuple[str, int, int, Row]) -> SeedResult:
@@ -169,7 +174,21 @@ def _one(task: tuple[str, int, int, Row]) -> SeedResult:
     near = sweep.final is not None and (1 + gap) >= (1 + best_measured) * (1 - 0.01)
     return SeedResult(gap, found, honesty(sweep, truth), sweep.restarts + sweep.confirm_restarts,
                       sweep.bench_runs, sweep.final_clock / 3600, sweep.clock / 3600, sweep.sure,
-                      sweep.stopped is not None, near)
+                      sweep.stopped is not None, near, _trace(sweep, truth) if TRACE else ())
+
+
+def _trace(sweep: Sweep, truth: GroundTruth) -> tuple[str, ...]:
+    """Each proposal as the study stored it, with its true gap: where a sweep went (the
+    region it found, the knob it never tried, a lucky start it believed)."""
+    out = []
+    for r in sweep.records:
+        value = "-" if r.value is None else f"{r.value:.1f}"
+        gap = "fails" if r.truly_fails else f"{truth.gap(r.cid):+.2%}"
+        out.append(f"{r.restarts:>3} {r.outcome:<8} {r.role:<9} true {gap:>7} measured "
+                   f"{value:>7}  {short_params(r.effective) or 'baseline'}")
+    pick = "-" if sweep.final is None else short_params(truth.configs[sweep.final].effective)
+    out.append(f"    pick (after the confirm phase): {pick or 'baseline'}")
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------- report
@@ -244,6 +263,8 @@ def _row(truth: GroundTruth, row: Row, strategies: list[str], seeds: int, budget
                       f"{'yes' if r.found else 'no'}, How sure {sure}, node-hours to the pick "
                       f"{r.pick_h:.2f}, whole {r.sweep_h:.2f}{', stopped' if r.stopped else ''}",
                       flush=True)
+                for line in r.trace:
+                    print(f"   {'':<10}   {line}", flush=True)
         gaps = [r.gap for r in results]
         h = Honesty()
         for r in results:
@@ -303,6 +324,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--first-seed", type=int, default=0,
                     help="the first seed (seeds FIRST .. FIRST + N - 1)")
     ap.add_argument("--per-seed", action="store_true", help="one line per seed")
+    ap.add_argument("--trace", action="store_true",
+                    help="with --per-seed: each proposal of each sweep with its true gap")
     ap.add_argument("--budget", type=int, default=40,
                     help="restarts per sweep, the confirm phase's included")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes")
@@ -315,8 +338,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--gp-seeds", type=int, default=4,
                     help="seeds for gp (~25-50 s per sweep on one core: all 20 seeds take 10+ min)")
     args = ap.parse_args(argv)
-    global FIRST_SEED, PER_SEED
-    FIRST_SEED, PER_SEED = args.first_seed, args.per_seed
+    global FIRST_SEED, PER_SEED, TRACE
+    FIRST_SEED, PER_SEED, TRACE = args.first_seed, args.per_seed or args.trace, args.trace
     strategies: list[Any] = []
     for s in args.strategy:
         if s not in strategies_available():
