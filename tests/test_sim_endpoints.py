@@ -152,33 +152,48 @@ def test_metrics_only_with_enable_metrics(sim: SimProcess, spawn) -> None:
 def test_flush_cache_timeout_waits_for_idle(spawn) -> None:
     server = spawn([*FAST, "--sim-startup-seconds", "0.05"])
     server.wait_healthy()
-    done = threading.Event()
+    timed_out = b"Timed out waiting for idle state."
 
-    def long_request() -> None:
+    # Whether the server is busy when a flush arrives can only be raced: a loaded machine can
+    # stall this process for seconds between one call and the next, long enough for a
+    # seconds-long request to end in between (CI once saw a busy 400 and then, on the next
+    # call, a 200 from an idle server). So each round starts a fresh request and asks with
+    # the 0.01 s timeout until the server says it timed out or the request has ended; a
+    # server that never waits-then-refuses fails every round.
+    for _ in range(3):
+        done = threading.Event()
+
+        def long_request(done: threading.Event = done) -> None:
+            try:
+                generate_ids(server.url, [1], 3000)  # ~4 s of simulated decoding
+            finally:
+                done.set()
+
+        worker = threading.Thread(target=long_request)
+        worker.start()
+        answers: list[tuple[int, bytes]] = []
+
+        def refused_or_ended(done: threading.Event = done,
+                             answers: list[tuple[int, bytes]] = answers) -> bool:
+            answers.append(http_post(server.url + "/flush_cache?timeout=0.01", {}))
+            return (answers[-1][0] == 400 and timed_out in answers[-1][1]) or done.is_set()
+
         try:
-            # seconds long: the server must still be busy when the 0.01 s flush asks (300
-            # tokens, ~0.3 s, sometimes ended between the busy check and that flush)
-            generate_ids(server.url, [1], 3000)
-        finally:
-            done.set()
-
-    worker = threading.Thread(target=long_request)
-    worker.start()
-    try:
-        wait_for(lambda: http_post(server.url + "/flush_cache", {})[0] == 400 or done.is_set(),
-                 10, "a busy server")
-        if not done.is_set():
+            wait_for(refused_or_ended, 10, "a busy server refusing a 0.01 s flush")
+            if not (answers[-1][0] == 400 and timed_out in answers[-1][1]):
+                continue  # the request ended first: race again with a new one
+            status, _ = http_post(server.url + "/flush_cache?timeout=60", {})
+            assert status == 200
+            # it waited until the request finished: the server is idle the moment it answers
+            # (a flush that did not wait would leave the seconds-long request still running).
+            # Asked of the server, not of the client thread, which a loaded machine can hold
+            # back a while after the server sent its last token.
             status, body = http_post(server.url + "/flush_cache?timeout=0.01", {})
-            assert status == 400 and b"Timed out waiting for idle state." in body
-        status, _ = http_post(server.url + "/flush_cache?timeout=60", {})
-        assert status == 200
-        # it waited until the request finished: the server is idle the moment it answers
-        # (a flush that did not wait would leave the seconds-long request still running).
-        # Asked of the server, not of the client thread, which a loaded machine can hold
-        # back a while after the server sent its last token.
-        status, body = http_post(server.url + "/flush_cache?timeout=0.01", {})
-        assert status == 200, body
-        worker.join(timeout=scaled(30))
-        assert done.is_set()
-    finally:
-        worker.join(timeout=60)
+            assert status == 200, body
+            worker.join(timeout=scaled(30))
+            assert done.is_set()
+            return
+        finally:
+            worker.join(timeout=60)
+    pytest.fail("three seconds-long requests ended before a 0.01 s flush was refused; the "
+                f"server answered {sorted(set(answers))}")
