@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Iterator
 
 import pytest
 
 from sweeper.sim.harness import SimProcess, http_get, http_post
-from tests.sim_helpers import EAGLE, FAST, spawn, spawner, sse_events, wait_for
-from tests.timeouts import scaled
+from tests.sim_helpers import (
+    EAGLE,
+    FAST,
+    refused_while_busy,
+    spawn,
+    spawner,
+    sse_events,
+)
 
 __all__ = ["spawn"]
 
@@ -152,48 +157,18 @@ def test_metrics_only_with_enable_metrics(sim: SimProcess, spawn) -> None:
 def test_flush_cache_timeout_waits_for_idle(spawn) -> None:
     server = spawn([*FAST, "--sim-startup-seconds", "0.05"])
     server.wait_healthy()
-    timed_out = b"Timed out waiting for idle state."
-
-    # Whether the server is busy when a flush arrives can only be raced: a loaded machine can
-    # stall this process for seconds between one call and the next, long enough for a
-    # seconds-long request to end in between (CI once saw a busy 400 and then, on the next
-    # call, a 200 from an idle server). So each round starts a fresh request and asks with
-    # the 0.01 s timeout until the server says it timed out or the request has ended; a
-    # server that never waits-then-refuses fails every round.
-    for _ in range(3):
-        done = threading.Event()
-
-        def long_request(done: threading.Event = done) -> None:
-            try:
-                generate_ids(server.url, [1], 3000)  # ~4 s of simulated decoding
-            finally:
-                done.set()
-
-        worker = threading.Thread(target=long_request)
-        worker.start()
-        answers: list[tuple[int, bytes]] = []
-
-        def refused_or_ended(done: threading.Event = done,
-                             answers: list[tuple[int, bytes]] = answers) -> bool:
-            answers.append(http_post(server.url + "/flush_cache?timeout=0.01", {}))
-            return (answers[-1][0] == 400 and timed_out in answers[-1][1]) or done.is_set()
-
-        try:
-            wait_for(refused_or_ended, 10, "a busy server refusing a 0.01 s flush")
-            if not (answers[-1][0] == 400 and timed_out in answers[-1][1]):
-                continue  # the request ended first: race again with a new one
-            status, _ = http_post(server.url + "/flush_cache?timeout=60", {})
-            assert status == 200
-            # it waited until the request finished: the server is idle the moment it answers
-            # (a flush that did not wait would leave the seconds-long request still running).
-            # Asked of the server, not of the client thread, which a loaded machine can hold
-            # back a while after the server sent its last token.
-            status, body = http_post(server.url + "/flush_cache?timeout=0.01", {})
-            assert status == 200, body
-            worker.join(timeout=scaled(30))
-            assert done.is_set()
-            return
-        finally:
-            worker.join(timeout=60)
-    pytest.fail("three seconds-long requests ended before a 0.01 s flush was refused; the "
-                f"server answered {sorted(set(answers))}")
+    with refused_while_busy(
+        lambda: generate_ids(server.url, [1], 3000),  # ~4 s of simulated decoding
+        lambda: http_post(server.url + "/flush_cache?timeout=0.01", {}),
+        lambda status, body: status == 400 and b"Timed out waiting for idle state." in body,
+    ) as busy:
+        status, _ = http_post(server.url + "/flush_cache?timeout=60", {})
+        assert status == 200
+        # it waited until the request finished: the server is idle the moment it answers
+        # (a flush that did not wait would leave the seconds-long request still running).
+        # Asked of the server, not of the client thread, which a loaded machine can hold
+        # back a while after the server sent its last token.
+        status, body = http_post(server.url + "/flush_cache?timeout=0.01", {})
+        assert status == 200, body
+        busy.join(30)
+        assert busy.done.is_set()

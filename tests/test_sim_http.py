@@ -18,6 +18,7 @@ from sweeper.sim.text import natural_length
 from tests.sim_helpers import (
     EAGLE,
     FAST,
+    refused_while_busy,
     spawn,
     spawner,
     sse_events,
@@ -181,15 +182,12 @@ def test_decode_log_line(servers: dict[str, SimProcess]) -> None:
 def test_flush_cache_refuses_while_busy(servers: dict[str, SimProcess]) -> None:
     url = servers["spec"].url
     assert http_post(url + "/flush_cache", {})[0] == 200
-    done = threading.Event()
-    worker = threading.Thread(
-        target=lambda: (stream_chat(url, "busy", 400), done.set()), daemon=True)
-    worker.start()
-    wait_for(lambda: http_post(url + "/flush_cache", {})[0] == 400 or done.is_set(), 5,
-             "flush refused while a request runs")
-    assert not done.is_set()
-    worker.join(10)
-    assert http_post(url + "/flush_cache", {})[0] == 200
+    with refused_while_busy(lambda: stream_chat(url, "busy", 400),
+                            lambda: http_post(url + "/flush_cache", {}),
+                            lambda status, _: status == 400) as busy:
+        busy.join(30)
+        assert busy.done.is_set()
+    wait_for(lambda: http_post(url + "/flush_cache", {})[0] == 200, 5, "idle again")
 
 
 def test_client_disconnect_mid_stream_does_not_hurt(servers: dict[str, SimProcess]) -> None:
