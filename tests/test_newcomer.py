@@ -320,6 +320,38 @@ def test_confirm_table_at_80_columns_keeps_what_tells_contenders_apart() -> None
             assert "differs on prompts" in text and "cannot win" in text
 
 
+def test_a_winner_below_the_first_row_says_what_ranked_it() -> None:
+    """The table is ordered by fresh runs; the winner is ranked on every start, the
+    sweep's too. When the two disagree, the table says why the second row won."""
+    import io
+
+    from rich.console import Console
+
+    from sweeper.run.confirm import print_confirm
+
+    def printed(outcome) -> str:  # noqa: ANN001
+        buf = io.StringIO()
+        print_confirm(Console(file=buf, width=200, highlight=False, soft_wrap=True), outcome)
+        return buf.getvalue()
+
+    outcome = _confirm_outcome()
+    base, *cands = outcome.candidates
+    # c1's fresh runs are 1 tok/s behind c0's; its sweep starts put it ahead
+    outcome.winner = cands[1]
+    outcome.pooled = {"c0": (518.4, 3), "c1": (521.7, 4), "c2": (517.0, 2), "base": (332.5, 3)}
+    text = printed(outcome)
+    assert "NCCL_ALGO=Ring NCCL_MIN_NCHANNELS=16 NCCL_PROTO=LL128 ◀ winner" in text, text
+    assert ("The winner is ranked on every server start, the sweep's and this phase's: "
+            "521.7 tok/s over 4 starts against 518.4 over 3 for the first row; on this "
+            "phase's fresh runs alone it is second.") in " ".join(text.split()), text
+    # a winner on the first row, or a first row that cannot win (lossy), needs no such line
+    outcome.winner = cands[0]
+    assert "ranked on every server start" not in printed(outcome)
+    lossy = _confirm_outcome(lossy=True)
+    lossy.pooled = {"c0": (525.0, 3), "c1": (521.7, 4)}
+    assert "ranked on every server start" not in printed(lossy)
+
+
 def test_optimize_confirm_table_at_80_columns_piped(make_study, tmp_path: Path) -> None:
     study_file = make_study(
         start_from=[{"env.NCCL_ALGO": "Tree", "env.NCCL_PROTO": "LL128"},

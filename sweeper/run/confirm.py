@@ -76,6 +76,10 @@ class ConfirmOutcome:
     speedups: dict[str, Ratio | None]
     lossless_mismatches: dict[str, list[int]]
     aggregate: str = "mean"  # the study's statistic of the runs, which ranks them
+    # config_id -> (the score that ranked it, server starts in it): with the mean, every
+    # start of the sweep's and this phase's pooled, so the winner need not lead the table
+    # of fresh runs (print_confirm says so when it does not)
+    pooled: dict[str, tuple[float, int]] = field(default_factory=dict)
 
     @property
     def failed(self) -> dict[str, str]:
@@ -274,12 +278,15 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2) -> Con
                           + [c.starts for c in cands if c.starts]).tau2
     agg = sweep.bench_spec.aggregate
 
+    def starts_of(c: Candidate) -> list[list[float]]:
+        """Every start that ranks it: this phase's and the sweep's consistent with them."""
+        return consistent_starts(c.starts, c.result.by_start(), tau2) + c.starts
+
     def score(c: Candidate) -> float:
         """The study's own aggregate; a mean pools every start (no lucky sweep start)."""
         if agg != "mean":
             return c.value(agg)
-        swept = consistent_starts(c.starts, c.result.by_start(), tau2)
-        return two_level(swept + c.starts, tau2).mean
+        return two_level(starts_of(c), tau2).mean
 
     winner = max(lossless, key=score) if lossless else base
     if base is not None and (winner is None or score(base) > score(winner)):
@@ -311,7 +318,9 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2) -> Con
                     for c in cands]})
     with contextlib.suppress(Exception):  # the dashboard's note is a courtesy
         mark_best(study, sweep.bench_spec.aggregate)
-    return ConfirmOutcome(cands, base, winner, speedups, mismatches, agg)
+    pooled = {c.result.config_id: (score(c), len(starts_of(c)) if agg == "mean" else 1)
+              for c in [*lossless, *([base] if base is not None else [])]}
+    return ConfirmOutcome(cands, base, winner, speedups, mismatches, agg, pooled)
 
 
 def _visit_retrying(sweep: HostSession, cand: Candidate, tag: str, bench: Any, label: str,
@@ -363,6 +372,26 @@ def _verdict_note(outcome: ConfirmOutcome, c: Candidate) -> str:
     if c.result.is_baseline:
         return "-"
     return "not checked (no baseline)" if outcome.baseline is None else "same outputs"
+
+
+def _why_not_first(console: Any, outcome: ConfirmOutcome, contenders: list[Candidate]) -> None:
+    """A winner below the table's first row (ranked on fresh runs alone) reads like a bug
+    to a stranger: say what ranked it, every start of the sweep's and this phase's."""
+    w = outcome.winner
+    if not contenders or w is contenders[0] or w not in contenders:
+        return
+    first = contenders[0]
+    if outcome.lossless_mismatches.get(first.result.config_id):
+        return  # the lossless warning says why the first row cannot win
+    mine, theirs = (outcome.pooled.get(c.result.config_id) for c in (w, first))
+    if mine is None or theirs is None:
+        return
+    place = contenders.index(w) + 1
+    nth = {2: "second", 3: "third"}.get(place, f"number {place}")
+    console.print(f"[dim]The winner is ranked on every server start, the sweep's and this "
+                  f"phase's: {mine[0]:.1f} tok/s over {mine[1]} starts against "
+                  f"{theirs[0]:.1f} over {theirs[1]} for the first row; on this phase's "
+                  f"fresh runs alone it is {nth}.[/]", soft_wrap=False)
 
 
 def _ratio_dict(r: Ratio | None) -> dict[str, float] | None:
@@ -437,6 +466,7 @@ def print_confirm(console: Any, outcome: ConfirmOutcome) -> None:
                           f"[{(tie.low - 1) * 100:+.1f}, {(tie.high - 1) * 100:+.1f}]: within "
                           "the noise, a tie; more confirm runs would separate them.[/]",
                           soft_wrap=False)  # wrapped at words to the terminal's width
+    _why_not_first(console, outcome, contenders)
     if outcome.failed:
         console.print("[red]warning: a fresh start of some configurations failed in the "
                       "confirm phase; a launch must start every time: they are left out of "
