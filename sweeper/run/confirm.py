@@ -278,15 +278,19 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2) -> Con
                           + [c.starts for c in cands if c.starts]).tau2
     agg = sweep.bench_spec.aggregate
 
-    def starts_of(c: Candidate) -> list[list[float]]:
-        """Every start that ranks it: this phase's and the sweep's consistent with them."""
-        return consistent_starts(c.starts, c.result.by_start(), tau2) + c.starts
+    def pool(c: Candidate) -> tuple[float, int]:
+        """(the study's own aggregate, the starts in it): a mean pools every start, this
+        phase's and the sweep's consistent with them (no lucky sweep start)."""
+        if agg != "mean":
+            return c.value(agg), len(c.starts)
+        starts = consistent_starts(c.starts, c.result.by_start(), tau2) + c.starts
+        return two_level(starts, tau2).mean, len(starts)
+
+    pooled = {c.result.config_id: pool(c)
+              for c in [*lossless, *([base] if base is not None else [])]}
 
     def score(c: Candidate) -> float:
-        """The study's own aggregate; a mean pools every start (no lucky sweep start)."""
-        if agg != "mean":
-            return c.value(agg)
-        return two_level(starts_of(c), tau2).mean
+        return pooled[c.result.config_id][0]
 
     winner = max(lossless, key=score) if lossless else base
     if base is not None and (winner is None or score(base) > score(winner)):
@@ -318,8 +322,6 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2) -> Con
                     for c in cands]})
     with contextlib.suppress(Exception):  # the dashboard's note is a courtesy
         mark_best(study, sweep.bench_spec.aggregate)
-    pooled = {c.result.config_id: (score(c), len(starts_of(c)) if agg == "mean" else 1)
-              for c in [*lossless, *([base] if base is not None else [])]}
     return ConfirmOutcome(cands, base, winner, speedups, mismatches, agg, pooled)
 
 
