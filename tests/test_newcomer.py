@@ -297,7 +297,7 @@ def test_confirm_table_at_80_columns_keeps_what_tells_contenders_apart() -> None
 
     from rich.console import Console
 
-    from sweeper.run.confirm import print_confirm
+    from sweeper.run.confirm_table import print_confirm
 
     for lossy in (False, True):
         buf = io.StringIO()
@@ -327,7 +327,7 @@ def test_a_winner_below_the_first_row_says_what_ranked_it() -> None:
 
     from rich.console import Console
 
-    from sweeper.run.confirm import print_confirm
+    from sweeper.run.confirm_table import print_confirm
 
     def printed(outcome) -> str:  # noqa: ANN001
         buf = io.StringIO()

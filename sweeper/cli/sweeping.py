@@ -228,7 +228,8 @@ def _optimize(run: _Run, study: str, trials: int, timeout: float | None, storage
 
 def _confirm(sweep: HostSession, top: int, runs: int, reporter: ConsoleReporter,
              rounds: int = 2) -> None:
-    from sweeper.run.confirm import print_confirm, run_confirm
+    from sweeper.run.confirm import run_confirm
+    from sweeper.run.confirm_table import print_confirm
 
     reporter.close()  # the sweep's bar is done; the confirm phase gets its own
     which = "the leader" if top == 1 else f"the top {top} configurations"
