@@ -9,7 +9,7 @@ import optuna
 
 import sweeper.results.verdict as R
 from sweeper.results import attrs as A
-from sweeper.run.confirm import confirm_plan
+from sweeper.run.confirm import Candidate, _paired_starts, confirm_plan
 from sweeper.study import load_study
 
 
@@ -45,3 +45,50 @@ def test_the_next_benchmark_continues_where_the_last_one_stopped(tmp_path: Path)
     _add(study, "a", [1.0] * 10, repeat=True)  # resolved without a restart: sent nothing
     assert R.next_prompt_round(study.get_trials(), "a") == 20
     assert R.next_prompt_round(study.get_trials(), "b") == 30
+
+
+def _measured(study: optuna.Study, cid: str, positions: list[int], speed: float,
+              prompt: dict[int, float], role: str = A.SAMPLER) -> int:
+    """A trial of ``cid`` on a fresh start: one run per prompt position, ``speed`` times
+    that prompt's factor."""
+    attrs = {A.CONFIG_ID: cid, A.ROLE: role, A.EFFECTIVE: {"x": cid}, A.STARTUP: 60.0,
+             A.RUNS: [speed * prompt[p] for p in positions], A.RUN_POSITIONS: positions}
+    study.add_trial(optuna.trial.create_trial(value=speed, user_attrs=attrs))
+    return study.get_trials(deepcopy=False)[-1].number
+
+
+def test_fresh_starts_on_different_prompts_are_compared_prompt_by_prompt() -> None:
+    # Positions 0-3 are easy prompts (+3%), 4-7 hard ones (-3%). In the sweep twenty
+    # configurations ran all eight; in the confirm phase "fast" (truly 2% faster) happened
+    # to run on the hard half and "slow" on the easy half, as a visit continues each
+    # configuration's own prompt order.
+    prompt = {p: 1.03 if p < 4 else 0.97 for p in range(8)}
+    study = optuna.create_study(direction="maximize")
+    for cid, speed in (("fast", 102.0), ("slow", 100.0)):
+        _measured(study, cid, list(range(8)), speed, prompt)
+    for i in range(18):
+        _measured(study, f"other{i}", list(range(8)), 80.0 + i, prompt)
+    _measured(study, "base", list(range(8)), 90.0, {p: 1.0 for p in range(8)}, A.BASELINE)
+    results = R.config_results(study.get_trials())
+    by_id = {r.config_id: r for r in results}
+    cands = [Candidate(by_id[cid], None, {}, {}) for cid in ("fast", "slow")]  # type: ignore[arg-type]
+    for cand, positions, speed in ((cands[0], [4, 5, 6, 7], 102.0),
+                                   (cands[1], [0, 1, 2, 3], 100.0)):
+        n = _measured(study, cand.result.config_id, positions, speed, prompt, A.CONFIRM_ROLE)
+        runs = [speed * prompt[p] for p in positions]
+        cand.trials.append(n)
+        cand.runs.extend(runs)
+        cand.starts.append(runs)
+    assert cands[0].stats.mean < cands[1].stats.mean  # raw: the prompts decide
+
+    paired = _paired_starts(results, cands, study.get_trials())
+
+    def mean(starts: list[list[float]]) -> float:
+        return sum(sum(s) for s in starts) / sum(len(s) for s in starts)
+
+    fresh_fast, fresh_slow = mean(paired["fast"][1]), mean(paired["slow"][1])
+    assert fresh_fast > fresh_slow  # prompt by prompt: the configuration decides
+    assert abs(fresh_fast / fresh_slow - 1.02) < 0.01
+    # the sweep's starts are adjusted with the same effects, and the baseline is not
+    assert abs(mean(paired["fast"][0]) / mean(paired["slow"][0]) - 1.02) < 0.005
+    assert paired["base"][0] == [[90.0] * 8]

@@ -5,7 +5,9 @@ A sweep picks its leader on measurements that were selected *because* they were 
 top the table. The confirm phase measures the top K configurations and the baseline
 again, in rounds (A B C, then C A B, ...) so that drift over time hits all of them
 alike, and decides on every start of each: the fresh ones and the sweep's that agree with
-them (a sweep start lucky beyond what starts differ by is left out). The outputs at
+them (a sweep start lucky beyond what starts differ by is left out), every run compared
+prompt by prompt (each visit goes on along its configuration's prompt order, so two
+contenders' fresh starts send different prompts). The outputs at
 temperature 0 are compared with the baseline's on the same prompts: speculative decoding
 must be lossless, so a configuration whose outputs differ (a broken draft or verify
 kernel) cannot win, however fast it is; when none is lossless, the baseline wins. The
@@ -34,12 +36,15 @@ from sweeper.launch import LaunchConfig
 from sweeper.measure import BenchResult, compare_outputs
 from sweeper.measure.stats import (
     Ratio,
+    Starts,
     Stats,
     consistent_starts,
+    prompt_effects,
     speedup,
     start_variance,
     summarize,
     two_level,
+    without_prompt_effects,
 )
 from sweeper.results import attrs as A
 from sweeper.results.headline import mark_best
@@ -275,9 +280,11 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2) -> Con
             mismatches[c.result.config_id] = [common[i] for i in diff]
     # Lossy configurations cannot win: a fast server that changes the answers is broken.
     lossless = [c for c in contenders if not mismatches.get(c.result.config_id)]
-    # every start counts, the sweep's and this phase's (two levels: measure/stats)
-    tau2 = start_variance([r.by_start() for r in results]
-                          + [c.starts for c in cands if c.starts]).tau2
+    # every start counts, the sweep's and this phase's (two levels: measure/stats), all of
+    # them compared prompt by prompt
+    paired = _paired_starts(results, cands, study.get_trials(deepcopy=False))
+    tau2 = start_variance([sweep_s for sweep_s, _ in paired.values()]
+                          + [fresh for _, fresh in paired.values() if fresh]).tau2
     agg = sweep.bench_spec.aggregate
 
     def pool(c: Candidate) -> tuple[float, int]:
@@ -285,7 +292,8 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2) -> Con
         phase's and the sweep's consistent with them (no lucky sweep start)."""
         if agg != "mean":
             return c.value(agg), len(c.starts)
-        starts = consistent_starts(c.starts, c.result.by_start(), tau2) + c.starts
+        sweep_s, fresh = paired[c.result.config_id]
+        starts = consistent_starts(fresh, sweep_s, tau2) + fresh
         return two_level(starts, tau2).mean, len(starts)
 
     pooled = {c.result.config_id: pool(c)
@@ -325,6 +333,43 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2) -> Con
     with contextlib.suppress(Exception):  # the dashboard's note is a courtesy
         mark_best(study, sweep.bench_spec.aggregate)
     return ConfirmOutcome(cands, base, winner, speedups, mismatches, agg, pooled)
+
+
+def _paired_starts(results: list[R.ConfigResult], cands: list[Candidate],
+                   trials: list[FrozenTrial]) -> dict[str, tuple[Starts, Starts]]:
+    """config_id -> (the sweep's starts, this phase's starts), each run divided by its
+    prompt's effect estimated over the sweep's runs and this phase's together
+    (measure/stats.prompt_effects). A visit continues a configuration's prompt order where
+    its sweep runs stopped, so two contenders' fresh starts ran on different prompts; on a
+    server whose acceptance depends on the prompt, raw means would rank the prompts."""
+    by_number = {t.number: t for t in trials}
+    fresh_pos: dict[str, list[tuple[int, float]]] = {}
+    for c in cands:
+        pos: list[tuple[int, float]] = []
+        for n in c.trials:
+            ua = by_number[n].user_attrs if n in by_number else {}
+            where, runs = ua.get(A.RUN_POSITIONS) or [], ua.get(A.RUNS) or []
+            if len(where) == len(runs):
+                pos += [(int(p), float(v)) for p, v in zip(where, runs, strict=True)
+                        if p is not None]
+        fresh_pos[c.result.config_id] = pos
+    # the speculative configurations' shared prompt effects, as results.verdict.two_levels
+    spec = [r for r in results if not r.is_baseline and r.positions]
+    groups = [r.positions + fresh_pos.get(r.config_id, []) for r in spec]
+    eff = prompt_effects(groups) if len(groups) > 1 else {}
+
+    def adjust(positions: list[tuple[int, float]], starts: Starts, baseline: bool) -> Starts:
+        if not eff or baseline or len(positions) != sum(len(s) for s in starts):
+            return [list(s) for s in starts]
+        return without_prompt_effects(positions, starts, eff)
+
+    out = {r.config_id: (adjust(r.positions, r.starts, r.is_baseline)
+                         if r.starts else r.by_start(), [])
+           for r in results}
+    for c in cands:
+        cid = c.result.config_id
+        out[cid] = (out[cid][0], adjust(fresh_pos[cid], c.starts, c.result.is_baseline))
+    return out
 
 
 def _visit_retrying(sweep: HostSession, cand: Candidate, tag: str, bench: Any, label: str,
