@@ -342,17 +342,9 @@ def _paired_starts(results: list[R.ConfigResult], cands: list[Candidate],
     (measure/stats.prompt_effects). A visit continues a configuration's prompt order where
     its sweep runs stopped, so two contenders' fresh starts ran on different prompts; on a
     server whose acceptance depends on the prompt, raw means would rank the prompts."""
-    by_number = {t.number: t for t in trials}
-    fresh_pos: dict[str, list[tuple[int, float]]] = {}
-    for c in cands:
-        pos: list[tuple[int, float]] = []
-        for n in c.trials:
-            ua = by_number[n].user_attrs if n in by_number else {}
-            where, runs = ua.get(A.RUN_POSITIONS) or [], ua.get(A.RUNS) or []
-            if len(where) == len(runs):
-                pos += [(int(p), float(v)) for p, v in zip(where, runs, strict=True)
-                        if p is not None]
-        fresh_pos[c.result.config_id] = pos
+    mine = {n for c in cands for n in c.trials}
+    fresh_pos = {r.config_id: r.positions
+                 for r in R.config_results([t for t in trials if t.number in mine])}
     # the speculative configurations' shared prompt effects, as results.verdict.two_levels
     spec = [r for r in results if not r.is_baseline and r.positions]
     groups = [r.positions + fresh_pos.get(r.config_id, []) for r in spec]
@@ -363,12 +355,12 @@ def _paired_starts(results: list[R.ConfigResult], cands: list[Candidate],
             return [list(s) for s in starts]
         return without_prompt_effects(positions, starts, eff)
 
-    out = {r.config_id: (adjust(r.positions, r.starts, r.is_baseline)
-                         if r.starts else r.by_start(), [])
+    out = {r.config_id: (adjust(r.positions, r.starts, r.is_baseline), [])
            for r in results}
     for c in cands:
         cid = c.result.config_id
-        out[cid] = (out[cid][0], adjust(fresh_pos[cid], c.starts, c.result.is_baseline))
+        out[cid] = (out[cid][0],
+                    adjust(fresh_pos.get(cid, []), c.starts, c.result.is_baseline))
     return out
 
 
