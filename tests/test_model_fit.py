@@ -233,3 +233,49 @@ def test_the_model_compares_runs_prompt_by_prompt() -> None:
     # verdict: the difference is not removed whole with three configurations)
     assert abs(obs[0].mean / obs[1].mean - 1) < raw_gap / 2, (obs[0].mean, obs[1].mean)
     assert obs[1].mean / obs[2].mean == pytest.approx(100 / 95, rel=1e-6)
+
+
+def bucketed_tok_s(eff: dict[str, Any], buckets: tuple[int, ...]) -> float:
+    """The model's own form, but the verify of k draft tokens costs what the smallest
+    bucket >= k costs (CUDA graphs / kernel tiles padded): a step landscape."""
+    s = shape(eff)
+    padded = next((b for b in buckets if b >= s.draft), s.draft)
+    step = 0.4 if s.draft_tp == "1" else 0.25
+    cycle = 3.0 + 0.25 * padded + s.steps * step * (1 + 0.2 * (s.topk - 1)) + \
+        0.3 * (s.topk > 1)
+    return 1000.0 * TRUE_ACCEPT.accept_length(s) / cycle
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_verify_cost_in_steps_when_the_data_say_so(seed: int) -> None:
+    """On a step landscape (5 to 8 draft tokens cost the same) the model predicts the
+    bucket edge it never measured, and so finds the optimum there; a linear verify cost
+    extrapolates the slope and misses it."""
+    buckets = (2, 4, 8, 16)
+    cands = [e for e in space() if e["env.NCCL_ALGO"] == "unset"]
+    enc = Encoder(cands, {})
+    truth = np.log([bucketed_tok_s(e, buckets) for e in cands])
+    best = int(np.argmax(truth))
+    rng = random.Random(seed)
+    # measured: two configurations at each draft-token count, none within 3% of the optimum
+    by_draft: dict[int, list[dict[str, Any]]] = {}
+    for e, t in zip(cands, truth, strict=True):
+        if t < truth[best] - 0.03:
+            by_draft.setdefault(e[DRAFT], []).append(e)
+    effs = [e for d in sorted(by_draft) for e in rng.sample(by_draft[d], 2)]
+    trials = [trial(i, e, [bucketed_tok_s(e, buckets)] * 3, TRUE_ACCEPT.accept_length(shape(e)))
+              for i, e in enumerate(effs)]
+    model = Predictor(enc, read_history(trials))
+    assert model.physics is not None and model.physics.steps
+    mean, _ = model.predict(Batch(enc, cands))
+    assert truth[int(np.argmax(mean))] >= truth[best] - 0.01
+    edge = [i for i, e in enumerate(cands) if e[DRAFT] == 8 and e not in effs]
+    assert np.abs(mean[edge] - truth[edge]).max() < 0.03
+
+
+def test_verify_cost_stays_linear_when_the_data_are() -> None:
+    cands = space()
+    enc = Encoder(cands, {})
+    effs = random.Random(7).sample(cands, 30)
+    model = Predictor(enc, read_history(measured(effs, seed=7, noise=0.01)))
+    assert model.physics is not None and not model.physics.steps

@@ -47,6 +47,10 @@ class Encoder:
         self.max_steps = max((s.steps for s in shapes), default=1)
         self.max_topk = max((s.topk for s in shapes), default=1)
         self.max_draft = max((s.draft for s in shapes), default=2)
+        # a verify cost that may step up at any draft-token count (CUDA graphs and kernel
+        # tiles run a padded size): one step column per count above the smallest, used
+        # only where the data prefer it (fit.fit_physics)
+        self.draft_steps = sorted({s.draft for s in shapes})[1:]
         # chains and trees both in the space: every knob also gets a factor of its own for
         # trees. A tree's verify runs other kernels (a tree mask, another attention path),
         # so a knob measured on chains says little about it on a tree: one shared factor
@@ -63,7 +67,12 @@ class Encoder:
         names += [f"draft step at draft TP {tp}" for tp in self.tp_values]
         names += [f"draft step x (topk - 1) at draft TP {tp}" for tp in self.tp_values]
         names += [f"per cycle at draft TP {tp}" for tp in self.tp_values[1:]]
+        names += [f"verify step at {k} draft tokens" for k in self.draft_steps]
         return names
+
+    def n_steps(self) -> int:
+        """The verify-step columns, the last ones of cycle_features."""
+        return len(self.draft_steps)
 
     def cycle_features(self, s: Shape) -> np.ndarray:
         tps = self.tp_values
@@ -73,6 +82,7 @@ class Encoder:
         wide = s.steps * (s.topk - 1) / (self.max_steps * max(self.max_topk - 1, 1))
         row += [wide * (s.draft_tp == tp) for tp in tps]
         row += [float(s.draft_tp == tp) for tp in tps[1:]]
+        row += [float(s.draft >= k) for k in self.draft_steps]
         return np.asarray(row)
 
     # --- the other knobs as factors -----------------------------------------------------

@@ -6,11 +6,14 @@
 * cycle time: a non-negative linear function of steps, draft tokens, topk and draft TP
   (encode.Encoder.cycle_features), fitted on cycle = accept length / tok/s of each
   measured configuration: a verify cost per token, a draft step per draft TP, a tree cost;
+  and, where they predict left-out configurations clearly better (_steps_predict_better),
+  verify steps at draft-token counts: CUDA graphs and kernel tiles run a padded size, so
+  5 to 8 draft tokens may cost the same and the optimum sit on the edge;
 * other knobs (NCCL, env.*, any flag): multiplicative factors on the cycle, fitted by
   ridge regression on the log of what the cycle leaves unexplained (alternating with the
   cycle's NNLS);
 * residual: a Gaussian process over the configurations (kernel.py) on what the physics
-  misses (CUDA-graph buckets, interactions, a configuration's own luck), whose posterior
+  misses (interactions, a configuration's own luck), whose posterior
   variance, plus a term for values never measured, is the prediction's uncertainty.
 
 The physics only gives the GP a prior mean: where the data disagree, the data win.
@@ -35,6 +38,11 @@ CYCLE_PRIOR = 0.5  # prior sd of one cycle coefficient, as a fraction of a typic
 FACTOR_SD = 0.04  # prior sd of one knob value's log factor: "a setting may be worth 4%"
 NOVEL_SD = 0.05  # a value never measured may be this far (log) from what the rest says
 ALTERNATIONS = 6
+STEP_SD = 0.02  # prior sd of one verify step (draft-token bucket edge), of a typical cycle
+STEPS_MIN = 8  # measured configurations before the verify steps are weighed at all
+STEPS_GAIN = 0.8  # steps are used when they cut the leave-one-out error to this share
+LOO_CAP = 0.05  # one point's leave-one-out error counts up to this (log): see _loo_error
+LOO_FOLDS = 40  # leave-one-out up to this many configurations, then this many folds
 
 
 @dataclass
@@ -43,6 +51,7 @@ class Physics:
     cycle_w: np.ndarray  # NNLS coefficients over Encoder.cycle_features
     factor_g: np.ndarray  # log factors over Encoder.factor_features
     cov: np.ndarray  # joint covariance of (cycle_w, factor_g): Laplace, see variance
+    steps: bool = False  # the verify cost in steps (draft-token buckets), chosen by LOO
 
     def variance(self, X: np.ndarray, Z: np.ndarray) -> np.ndarray:
         """Variance of log cycle + factors at rows (X, Z): J^T cov J with
@@ -61,10 +70,14 @@ def _jacobian(X: np.ndarray, Z: np.ndarray, w: np.ndarray) -> np.ndarray:
     return np.hstack([X / np.maximum(X @ w, 1e-12)[:, None], Z])
 
 
-def _nnls_ridge(X: np.ndarray, y: np.ndarray, lam: float) -> np.ndarray:
+def _nnls_ridge(X: np.ndarray, y: np.ndarray, lam: float,
+                extra: np.ndarray | None = None) -> np.ndarray:
     k = X.shape[1]
     scale = np.sqrt(lam) * max(float(np.abs(X).max()), 1e-9)
-    A = np.vstack([X, scale * np.eye(k)])
+    diag = np.full(k, scale)
+    if extra is not None and len(extra):
+        diag[k - len(extra):] = extra
+    A = np.vstack([X, np.diag(diag)])
     b = np.concatenate([y, np.zeros(k)])
     w, _ = nnls(A, b, maxiter=50 * k)
     return w
@@ -93,23 +106,75 @@ def fit_physics(enc: Encoder, shapes: Sequence[Shape], effs: Sequence[Mapping[st
     cycle = L / tok_s
     X = np.array([enc.cycle_features(s) for s in shapes])
     Z = np.array([enc.factor_features(e) for e in effs]).reshape(len(effs), enc.factor_size())
+    ns = enc.n_steps()
+    k0 = X.shape[1] - ns  # the linear cycle's columns; the verify steps' come after
+    # a verify step's prior, N(0, step_sd), as the NNLS's ridge rows (rows are relative
+    # errors of about the median noise's size): steps no data call for stay at zero
+    step_sd = STEP_SD * float(np.median(cycle))
+    extra = np.full(ns, np.sqrt(float(np.median(noise))) / step_sd) if ns else None
+    use_steps = bool(ns) and _steps_predict_better(X, Z, cycle, noise, extra, k0)
+    Xf = X if use_steps else X[:, :k0]
+    w, g = _fit_cycle(Xf, Z, cycle, noise, extra if use_steps else None)
+    # Laplace approximation around the fit, cycle coefficients and factors together:
+    # log cycle_j ~ log(w . x_j) + z_j . g, each cycle coefficient a priori anywhere up to
+    # about the whole cycle (features are scaled to [0, 1]), each factor FACTOR_SD
+    J = _jacobian(Xf, Z, w)
+    prior_sd = CYCLE_PRIOR * float(np.median(cycle))
+    prior = np.concatenate([np.full(k0, prior_sd**-2.0),
+                            np.full(Xf.shape[1] - k0, step_sd**-2.0),
+                            np.full(Z.shape[1], FACTOR_SD**-2.0)])
+    P = (J / noise[:, None]).T @ J + np.diag(prior)
+    cov = np.linalg.inv(P)
+    if not use_steps and ns:  # the steps not used: zero, and no uncertainty either
+        w = np.concatenate([w, np.zeros(ns)])
+        cov = np.insert(np.insert(cov, [k0] * ns, 0.0, axis=0), [k0] * ns, 0.0, axis=1)
+    return Physics(accept, w, g, cov, use_steps)
+
+
+def _fit_cycle(X: np.ndarray, Z: np.ndarray, cycle: np.ndarray, noise: np.ndarray,
+               extra: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Cycle coefficients (NNLS) and knob factors (ridge), alternating."""
     g = np.zeros(Z.shape[1])
     w = np.zeros(X.shape[1])
     for _ in range(ALTERNATIONS):
         target = cycle * np.exp(-Z @ g)
         wt = 1.0 / target  # relative errors: a slow configuration weighs no more
-        w = _nnls_ridge(X * wt[:, None], target * wt, CYCLE_RIDGE)
+        w = _nnls_ridge(X * wt[:, None], target * wt, CYCLE_RIDGE, extra)
         base = np.maximum(X @ w, 1e-12)
         g = _bayes_ridge(Z, np.log(cycle / base), noise, FACTOR_SD)
-    # Laplace approximation around the fit, cycle coefficients and factors together:
-    # log cycle_j ~ log(w . x_j) + z_j . g, each cycle coefficient a priori anywhere up to
-    # about the whole cycle (features are scaled to [0, 1]), each factor FACTOR_SD
-    J = _jacobian(X, Z, w)
-    prior_sd = CYCLE_PRIOR * float(np.median(cycle))
-    prior = np.concatenate([np.full(X.shape[1], prior_sd**-2.0),
-                            np.full(Z.shape[1], FACTOR_SD**-2.0)])
-    P = (J / noise[:, None]).T @ J + np.diag(prior)
-    return Physics(accept, w, g, np.linalg.inv(P))
+    return w, g
+
+
+def _loo_error(X: np.ndarray, Z: np.ndarray, cycle: np.ndarray, noise: np.ndarray,
+               extra: np.ndarray | None) -> np.ndarray:
+    """Each measured configuration's squared log error when the fit leaves it out, capped
+    at LOO_CAP: a configuration no fit can predict (the only one at its draft TP) costs
+    both fits alike instead of outweighing every other. Beyond LOO_FOLDS configurations
+    they are left out LOO_FOLDS groups at a time (a long study's proposal stays quick)."""
+    n = len(cycle)
+    fold = np.arange(n) % min(n, LOO_FOLDS)
+    err = np.zeros(n)
+    for f in range(int(fold.max()) + 1):
+        out = fold == f
+        w, g = _fit_cycle(X[~out], Z[~out], cycle[~out], noise[~out], extra)
+        pred = np.log(np.maximum(X[out] @ w, 1e-12)) + Z[out] @ g
+        err[out] = np.minimum((pred - np.log(cycle[out])) ** 2, LOO_CAP**2)
+    return err
+
+
+def _steps_predict_better(X: np.ndarray, Z: np.ndarray, cycle: np.ndarray,
+                          noise: np.ndarray, extra: np.ndarray | None, k0: int) -> bool:
+    """Whether a verify cost with steps predicts configurations it has not seen clearly
+    better than the linear one (leave-one-out, the linear fit's first ``k0`` columns).
+    Steps fit any data at least as well, so only prediction can tell: on a server whose
+    verify cost is linear (or flat) they would turn noise into steps, and the search would
+    chase them; on one with bucket edges the linear cost cannot see that 5 and 8 draft
+    tokens cost the same, and never proposes the edge where the optimum sits."""
+    if len(cycle) < STEPS_MIN:
+        return False
+    steps = _loo_error(X, Z, cycle, noise, extra).sum()
+    linear = _loo_error(X[:, :k0], Z, cycle, noise, None).sum()
+    return bool(steps < STEPS_GAIN * linear)
 
 
 class Predictor:
