@@ -45,12 +45,16 @@ def shape(eff: dict[str, Any]) -> Shape:
     return Shape(eff[STEPS], eff[TOPK], eff[DRAFT], str(eff[TP]))
 
 
-def true_tok_s(eff: dict[str, Any], bucket: bool = False) -> float:
-    """A landscape of the model's own form, plus (``bucket``) a step it cannot express."""
+def true_tok_s(eff: dict[str, Any], bucket: bool = False, buckets: tuple[int, ...] = (),
+               per_token: float = 0.06) -> float:
+    """A landscape of the model's own form, plus (``bucket``) a step it cannot express;
+    with ``buckets``, the verify of k draft tokens costs what the smallest bucket >= k
+    costs (CUDA graphs / kernel tiles padded): a step landscape."""
     s = shape(eff)
     L = TRUE_ACCEPT.accept_length(s)
+    padded = next((b for b in buckets if b >= s.draft), s.draft)
     step = 0.4 if s.draft_tp == "1" else 0.25
-    cycle = 3.0 + 0.06 * s.draft + s.steps * step * (1 + 0.2 * (s.topk - 1)) + \
+    cycle = 3.0 + per_token * padded + s.steps * step * (1 + 0.2 * (s.topk - 1)) + \
         0.3 * (s.topk > 1)
     if eff["env.NCCL_ALGO"] == "Tree":
         cycle *= 0.96
@@ -236,14 +240,7 @@ def test_the_model_compares_runs_prompt_by_prompt() -> None:
 
 
 def bucketed_tok_s(eff: dict[str, Any], buckets: tuple[int, ...]) -> float:
-    """The model's own form, but the verify of k draft tokens costs what the smallest
-    bucket >= k costs (CUDA graphs / kernel tiles padded): a step landscape."""
-    s = shape(eff)
-    padded = next((b for b in buckets if b >= s.draft), s.draft)
-    step = 0.4 if s.draft_tp == "1" else 0.25
-    cycle = 3.0 + 0.25 * padded + s.steps * step * (1 + 0.2 * (s.topk - 1)) + \
-        0.3 * (s.topk > 1)
-    return 1000.0 * TRUE_ACCEPT.accept_length(s) / cycle
+    return true_tok_s(eff, buckets=buckets, per_token=0.25)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
