@@ -214,6 +214,25 @@ def test_how_sure_says_what_it_means_and_on_which_runs(finished: Path) -> None:
     assert h.pooled is not None and h.best is not None
     if h.pooled.stats.n != h.best.stats.n:
         assert f"all {h.pooled.stats.n} runs of it" in text
+    else:  # the figure is every start of it: it must not be called the fresh runs'
+        assert "fresh" not in text and "pools every start of it" in text
+
+
+def test_the_confirmed_winners_line_names_the_runs_its_figure_rests_on() -> None:
+    from sweeper.results.verdict import ConfigResult
+
+    eff = {"speculative-num-steps": 2, "speculative-eagle-topk": 1,
+           "speculative-num-draft-tokens": 3}
+    sweep, fresh = [100.0, 101.0, 99.0, 100.5], [98.0, 99.0, 98.5, 99.5]
+    whole = ConfigResult("a", eff, "trial", [3, 9], sweep + fresh,
+                         starts=[sweep, fresh])
+    fresh_only = ConfigResult("a", eff, "trial", [9], fresh, starts=[fresh])
+    kept = "\n".join(Headline(whole, None, True, pooled=whole).lines())
+    assert "the winner of the confirm phase" in kept and "pools every start of it" in kept
+    assert "fresh" not in kept  # every start is pooled: not the fresh runs' figure
+    dropped = "\n".join(Headline(fresh_only, None, True, pooled=whole).lines())
+    assert "fresh runs only" in dropped and "all 8 runs of it" in dropped
+    assert "8 runs" not in dropped.splitlines()[0]  # the figure itself is the fresh 4
 
 
 def test_a_tie_within_the_noise_recommends_the_simplest_with_the_rule() -> None:

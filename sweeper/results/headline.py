@@ -78,15 +78,16 @@ class Headline:
                 "between server starts included)")
 
     def pooled_note(self) -> str | None:
-        """After a confirm phase: the winner's figure on all its runs, which the live
-        output showed, so the change to the fresh runs' figure is said, not silent."""
+        """After a confirm phase: which runs the winner's figure rests on. All its starts
+        when they agree (verdict.py); else its fresh runs, and then the figure on all its
+        runs, which the live output showed, is said too, so the change is not silent."""
         if not self.confirmed or self.pooled is None or self.best is None:
             return None
         p = self.pooled.stats
         if p.n == self.best.stats.n:
-            return None
-        return (f"(on the confirm phase's fresh runs only; all {p.n} runs of it, sweep "
-                f"included, give {R.fmt_tok_s(p)} {self.unit}, the figure shown live)")
+            return "its figure pools every start of it, the sweep's and the confirm phase's"
+        return (f"its figure is the confirm phase's fresh runs only; all {p.n} runs of it, "
+                f"sweep included, give {R.fmt_tok_s(p)} {self.unit}, the figure shown live")
 
     @property
     def unit(self) -> str:
@@ -167,8 +168,8 @@ class Headline:
             out.append(f"Speedup over baseline ({self.baseline.stats.mean:.1f} tok/s): "
                        f"{R.fmt_ratio(self.speedup)}")
         if self.confirmed:
-            out.append(self.pooled_note()
-                       or "(the winner of the confirm phase, on its fresh interleaved runs)")
+            note = self.pooled_note()
+            out.append(f"(the winner of the confirm phase{'; ' + note if note else ''})")
         sure = self.how_sure()
         if sure:
             out.append(sure)
@@ -234,8 +235,9 @@ class Headline:
                                            "no speculation)"
                                            if self.speedup and self.baseline else "")]
         if self.confirmed:
-            parts += ["", "Decided by the confirm phase on fresh, interleaved runs."
-                      + (f" {self.pooled_note()}" if self.pooled_note() else "")]
+            note = self.pooled_note()
+            parts += ["", "Decided by the confirm phase on fresh, interleaved runs"
+                      + (f"; {note}." if note else ".")]
         if self.how_sure():
             parts += ["", str(self.how_sure())]
         if self.simplest is not None:
