@@ -92,3 +92,47 @@ def test_fresh_starts_on_different_prompts_are_compared_prompt_by_prompt() -> No
     # the sweep's starts are adjusted with the same effects, and the baseline is not
     assert abs(mean(paired["fast"][0]) / mean(paired["slow"][0]) - 1.02) < 0.005
     assert paired["base"][0] == [[90.0] * 8]
+
+
+def _node(startup: float, run_sd: float, start_sd: float, configs: int = 60,
+          starts: int = 4, runs: int = 20) -> optuna.Study:
+    """A study of ``configs`` configurations near 100 tok/s, each on ``starts`` server
+    starts of ``runs`` runs: each start's speed off by ``start_sd``, each run by
+    ``run_sd`` (seeded)."""
+    import random
+
+    rng = random.Random(3)
+    study = optuna.create_study(direction="maximize")
+    for c in range(configs):
+        speed = 100.0 * (1 + 0.02 * rng.random())
+        for _ in range(starts):
+            fast = speed * (1 + rng.gauss(0, start_sd))
+            attrs = {A.CONFIG_ID: f"c{c}", A.ROLE: A.SAMPLER, A.EFFECTIVE: {"x": c},
+                     A.STARTUP: startup, A.RUNS: [fast * (1 + rng.gauss(0, run_sd))
+                                                  for _ in range(runs)]}
+            study.add_trial(optuna.trial.create_trial(value=fast, user_attrs=attrs))
+    return study
+
+
+def test_a_confirm_visit_is_as_long_as_a_start_is_worth() -> None:
+    import math
+
+    from sweeper.run.confirm import visit_runs
+    from sweeper.study.sections import BenchSpec
+
+    bench = BenchSpec(runs=10, max_runs=200, max_tokens=500)  # a run: ~5 s at 100 tok/s
+    slow = _node(startup=480.0, run_sd=0.06, start_sd=0.015).get_trials(deepcopy=False)
+    # Cochran's two-stage optimum on the true figures: sqrt(restart/run x sigma^2/tau^2)
+    truth = math.sqrt(480.0 / 5.0 * (0.06 / 0.015) ** 2)
+    v = visit_runs(slow, bench, runs=20, rounds=2)
+    assert 0.7 * truth <= v.runs <= 1.4 * truth, (v.runs, truth)
+    assert v.worth == v.runs and "a start is worth" in v.why() and "8.0 min" in v.why()
+    # the study's count when the user asked for exactly that, or a restart is cheap
+    assert visit_runs(slow, bench, runs=20, rounds=2, exact=True).runs == 10
+    fast = _node(startup=20.0, run_sd=0.06, start_sd=0.015).get_trials(deepcopy=False)
+    cheap = visit_runs(fast, bench, runs=20, rounds=2)
+    assert cheap.runs == 10 and cheap.why() == ""
+    # never past the study's max_runs, and the study's own count when it asks for more
+    capped = BenchSpec(runs=10, max_runs=15, max_tokens=500)
+    assert visit_runs(slow, capped, runs=20, rounds=2).runs == 15
+    assert visit_runs(slow, bench, runs=400, rounds=2).runs == 200

@@ -92,6 +92,10 @@ def test_plan_seconds() -> None:
                              confirm_restarts=2, confirm_runs=40)
     assert low == 40 * (480 + 11 * 6) + 2 * 480 + 40 * 6
     assert high == 40 * (480 + 201 * 6) + 2 * 480 + 40 * 6
+    # confirm visits as long as a start is worth: up to confirm_max runs
+    low2, high2 = plan_seconds(Costs(480, 6), trials=40, runs=10, warmup=1, max_runs=200,
+                               confirm_restarts=2, confirm_runs=40, confirm_max=400)
+    assert low2 == low and high2 == high + 360 * 6
 
 
 def test_validate_prints_the_space_size_and_node_hours(make_study) -> None:  # noqa: ANN001

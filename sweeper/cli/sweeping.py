@@ -227,15 +227,21 @@ def _optimize(run: _Run, study: str, trials: int, timeout: float | None, storage
 
 
 def _confirm(sweep: HostSession, top: int, runs: int, reporter: ConsoleReporter,
-             rounds: int = 2) -> None:
-    from sweeper.run.confirm import run_confirm
+             rounds: int = 2, exact: bool = False) -> None:
+    from sweeper.run.confirm import run_confirm, visit_runs
     from sweeper.run.confirm_table import print_confirm
 
     reporter.close()  # the sweep's bar is done; the confirm phase gets its own
     which = "the leader" if top == 1 else f"the top {top} configurations"
-    out.print(f"Confirm phase: {which} and the baseline, {runs} runs each, interleaved.")
+    visit = visit_runs(sweep.study.get_trials(deepcopy=False), sweep.bench_spec, runs, rounds,
+                       exact)
+    if visit.why():
+        out.print(f"Confirm phase: {which} and the baseline, {rounds} interleaved fresh starts "
+                  f"each of {visit.runs} runs ({visit.why()}).", markup=False, soft_wrap=True)
+    else:
+        out.print(f"Confirm phase: {which} and the baseline, {runs} runs each, interleaved.")
     try:
-        outcome = run_confirm(sweep, top, runs, rounds)
+        outcome = run_confirm(sweep, top, runs, rounds, exact)
     except KeyboardInterrupt:
         reporter.close()
         sweep.stop_server()
@@ -250,8 +256,9 @@ def _confirm(sweep: HostSession, top: int, runs: int, reporter: ConsoleReporter,
 @errors
 def confirm(study: StudyOpt, storage: StorageOpt = None,
             top: Annotated[int, typer.Option(min=1, help="How many top configurations.")] = 3,
-            runs: Annotated[int | None, typer.Option(min=1, help="Runs per configuration "
-                                                           "(default: the study's)")] = None,
+            runs: Annotated[int | None, typer.Option(min=1, help=(
+                "Runs per configuration, exactly (default: the study's confirm_runs, or "
+                "more when one server start is worth more on this node)"))] = None,
             port: PortOpt = None) -> None:
     """Re-measure the top configurations and the baseline, interleaved, and pick the
     winner on those fresh runs (what `export` then writes)."""
@@ -269,7 +276,7 @@ def confirm(study: StudyOpt, storage: StorageOpt = None,
     sweep = HostSession(host_view(spec, 0), SweepOptions(trials=0, storage=storage), reporter)
     sweep.open(require_existing=True)
     try:
-        _confirm(sweep, top, runs or spec.sweep.confirm_runs, reporter)
+        _confirm(sweep, top, runs or spec.sweep.confirm_runs, reporter, exact=runs is not None)
     finally:
         sweep.stop_server()
         sweep.close()

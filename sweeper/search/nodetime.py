@@ -219,12 +219,15 @@ def spent_seconds(trials: Sequence[Any], max_tokens: int, warmup: int = 1,
 
 
 def plan_seconds(costs: Costs, trials: int, runs: int, warmup: int, max_runs: int | None,
-                 confirm_restarts: int = 0, confirm_runs: int = 0
-                 ) -> tuple[float, float]:
+                 confirm_restarts: int = 0, confirm_runs: int = 0,
+                 confirm_max: int | None = None) -> tuple[float, float]:
     """Node-seconds of a study as written, (every trial at ``runs``, every trial at
-    ``max_runs``): ``trials`` restarts plus the confirm phase's."""
-    def at(r: int) -> float:
+    ``max_runs``): ``trials`` restarts plus the confirm phase's, whose runs are
+    ``confirm_runs`` at least and ``confirm_max`` at most (its visits run as long as a
+    start is worth: run/confirm.visit_runs)."""
+    def at(r: int, confirm: int) -> float:
         return (trials * costs.trial_s(r, warmup)
                 + confirm_restarts * costs.restart_s
-                + confirm_runs * costs.run_s)
-    return at(runs), at(max_runs or runs)
+                + confirm * costs.run_s)
+    return (at(runs, confirm_runs),
+            at(max_runs or runs, max(confirm_runs, confirm_max or confirm_runs)))
