@@ -127,6 +127,7 @@ def test_a_confirm_visit_is_as_long_as_a_start_is_worth() -> None:
     v = visit_runs(slow, bench, runs=20, rounds=2)
     assert 0.7 * truth <= v.runs <= 1.4 * truth, (v.runs, truth)
     assert v.worth == v.runs and "a start is worth" in v.why() and "8.0 min" in v.why()
+    assert "on the simulated server" in v.why("on the simulated server")
     # the study's count when the user asked for exactly that, or a restart is cheap
     assert visit_runs(slow, bench, runs=20, rounds=2, exact=True).runs == 10
     fast = _node(startup=20.0, run_sd=0.06, start_sd=0.015).get_trials(deepcopy=False)

@@ -235,9 +235,11 @@ def _confirm(sweep: HostSession, top: int, runs: int, reporter: ConsoleReporter,
     which = "the leader" if top == 1 else f"the top {top} configurations"
     visit = visit_runs(sweep.study.get_trials(deepcopy=False), sweep.bench_spec, runs, rounds,
                        exact)
-    if visit.why():
+    # on the simulator, its modelled seconds: not a node's
+    why = visit.why("on the simulated server" if sweep.summary.simulated else "on this node")
+    if why:
         out.print(f"Confirm phase: {which} and the baseline, {rounds} interleaved fresh starts "
-                  f"each of {visit.runs} runs ({visit.why()}).", markup=False, soft_wrap=True)
+                  f"each of {visit.runs} runs ({why}).", markup=False, soft_wrap=True)
     else:
         out.print(f"Confirm phase: {which} and the baseline, {runs} runs each, interleaved.")
     try:

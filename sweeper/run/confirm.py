@@ -352,13 +352,16 @@ class VisitRuns:
     start_sd: float = 0.0  # between starts, relative
     run_sd: float = 0.0  # between runs of one start, relative
 
-    def why(self) -> str:
-        """``a start is worth 32 runs here: ...``; empty when the study's count stands."""
+    def why(self, where: str = "on this node") -> str:
+        """``a start is worth 32 runs on this node: ...``; empty when the study's count
+        stands."""
         if not self.worth or self.costs is None:
             return ""
-        return (f"a start is worth {self.worth} runs on this node: a restart costs "
-                f"{self.costs.restart_s / 60:.1f} min and a run {self.costs.run_s:.1f} s; "
-                f"starts differ by {self.start_sd:.1%}, runs by {self.run_sd:.1%}")
+        up = self.costs.restart_s
+        restart = f"{up / 60:.1f} min" if up >= 120 else f"{up:.0f} s"
+        return (f"a start is worth {self.worth} runs {where}: a restart costs {restart} and "
+                f"a run {self.costs.run_s:.1f} s; starts differ by {self.start_sd:.1%}, "
+                f"runs by {self.run_sd:.1%}")
 
 
 def visit_runs(trials: Sequence[FrozenTrial], bench: Any, runs: int, rounds: int,
