@@ -117,7 +117,7 @@ def _node(startup: float, run_sd: float, start_sd: float, configs: int = 60,
 def test_a_confirm_visit_is_as_long_as_a_start_is_worth() -> None:
     import math
 
-    from sweeper.run.confirm import visit_runs
+    from sweeper.run.confirm_runs import visit_runs
     from sweeper.study.sections import BenchSpec
 
     bench = BenchSpec(runs=10, max_runs=200, max_tokens=500)  # a run: ~5 s at 100 tok/s

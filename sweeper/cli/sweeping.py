@@ -228,7 +228,8 @@ def _optimize(run: _Run, study: str, trials: int, timeout: float | None, storage
 
 def _confirm(sweep: HostSession, top: int, runs: int, reporter: ConsoleReporter,
              rounds: int = 2, exact: bool = False) -> None:
-    from sweeper.run.confirm import run_confirm, visit_runs
+    from sweeper.run.confirm import run_confirm
+    from sweeper.run.confirm_runs import visit_runs
     from sweeper.run.confirm_table import print_confirm
 
     reporter.close()  # the sweep's bar is done; the confirm phase gets its own
@@ -243,7 +244,7 @@ def _confirm(sweep: HostSession, top: int, runs: int, reporter: ConsoleReporter,
     else:
         out.print(f"Confirm phase: {which} and the baseline, {runs} runs each, interleaved.")
     try:
-        outcome = run_confirm(sweep, top, runs, rounds, exact)
+        outcome = run_confirm(sweep, top, runs, rounds, visit)
     except KeyboardInterrupt:
         reporter.close()
         sweep.stop_server()

@@ -124,7 +124,7 @@ def _plan_text(spec: Any, space: Any, count: int | None, trials: int = 40) -> st
         return text + "; set sweep.restart_cost and sweep.run_cost to see the node-hours"
     costs = Costs(sw.restart_cost, sw.run_cost)
     confirm_runs = plan.runs * (plan.top + 1) if plan.top else 0
-    # a confirm visit runs as long as a start is worth, up to max_runs (confirm.visit_runs)
+    # a confirm visit runs as long as a start is worth, up to max_runs (confirm_runs.visit_runs)
     confirm_max = plan.restarts * top if plan.top else 0
     low, high = plan_seconds(costs, trials, runs, b.warmup, top * len(spec.objective.levels),
                              plan.restarts, confirm_runs, confirm_max)

@@ -17,8 +17,6 @@ table (confirm_table.py) says so.
 from __future__ import annotations
 
 import contextlib
-import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,15 +43,14 @@ from sweeper.measure.stats import (
     start_variance,
     summarize,
     two_level,
-    within_variance,
     without_prompt_effects,
 )
 from sweeper.results import attrs as A
 from sweeper.results.headline import mark_best
 from sweeper.results.kind import TrialKind, kind_of
+from sweeper.run.confirm_runs import VisitRuns, visit_runs
 from sweeper.run.session import HostSession
 from sweeper.run.trial import Measurement
-from sweeper.search.nodetime import Costs, measured_costs, runs_per_start
 from sweeper.study import StudySpec
 
 
@@ -205,10 +202,11 @@ def after_sweep(study: optuna.Study, spec: StudySpec, sampler: str | None, top: 
 
 
 def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2,
-                exact: bool = False) -> ConfirmOutcome:
+                visit: VisitRuns | None = None) -> ConfirmOutcome:
     """Measure the top ``top`` configurations and the baseline ``runs`` times each (at
-    least: as long as a start is worth, ``visit_runs``), spread over ``rounds`` interleaved
-    visits; record the verdict in the study."""
+    least: as long as a start is worth, confirm_runs.visit_runs), spread over ``rounds``
+    interleaved visits; record the verdict in the study. ``visit``: the runs per visit
+    the caller already announced (else decided here)."""
     study = sweep.study
     if sweep.spec.objective.multi:
         raise InputError(f"{sweep.spec.path}: objective: pareto has a front, not one winner "
@@ -226,7 +224,8 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2,
         first = trials[res.trials[0]]
         cands.append(Candidate(res, sweep.config_of(res), dict(first.params),
                                dict(first.distributions)))
-    per_visit = visit_runs(list(trials.values()), sweep.bench_spec, runs, rounds, exact).runs
+    per_visit = (visit or visit_runs(list(trials.values()), sweep.bench_spec, runs,
+                                     rounds)).runs
     visits, total = 0, max(1, rounds) * len(cands)
     sweep.report.progress(0, total)
     bench = sweep.bench_spec.model_copy(update={"runs": per_visit})
@@ -339,57 +338,6 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2,
     with contextlib.suppress(Exception):  # the dashboard's note is a courtesy
         mark_best(study, sweep.bench_spec.aggregate)
     return ConfirmOutcome(cands, base, winner, speedups, mismatches, agg, pooled)
-
-
-@dataclass(frozen=True)
-class VisitRuns:
-    """Runs per confirm visit: the study's ``confirm_runs`` over the rounds, or more when
-    a start is worth more on this node (``worth``)."""
-
-    runs: int
-    worth: int | None = None  # runs per start that pay (None: not known, or not more)
-    costs: Costs | None = None
-    start_sd: float = 0.0  # between starts, relative
-    run_sd: float = 0.0  # between runs of one start, relative
-
-    def why(self, where: str = "on this node") -> str:
-        """``a start is worth 32 runs on this node: ...``; empty when the study's count
-        stands."""
-        if not self.worth or self.costs is None:
-            return ""
-        up = self.costs.restart_s
-        restart = f"{up / 60:.1f} min" if up >= 120 else f"{up:.0f} s"
-        return (f"a start is worth {self.worth} runs {where}: a restart costs {restart} and "
-                f"a run {self.costs.run_s:.1f} s; starts differ by {self.start_sd:.1%}, "
-                f"runs by {self.run_sd:.1%}")
-
-
-def visit_runs(trials: Sequence[FrozenTrial], bench: Any, runs: int, rounds: int,
-               exact: bool = False) -> VisitRuns:
-    """Runs per visit of the confirm phase: ``runs`` spread over ``rounds`` at least, and
-    as many as one start is worth here (nodetime.runs_per_start, up to ``max_runs``).
-
-    Why more: a visit of 10 runs at a run-to-run spread of 5-8% knows its start's speed
-    to 2-3%, more than starts differ by; two such visits could not tell contenders 3%
-    apart, and on emulated Kimi sweeps a visit 7% high made a configuration 3% slower the
-    winner. Runs on a server already up cost seconds; the restart they share cost
-    minutes. ``exact``: the user asked for this many (``sweeper confirm --runs``)."""
-    floor = max(1, math.ceil(runs / max(1, rounds)))
-    if exact:
-        return VisitRuns(floor)
-    results = R.config_results(list(trials))
-    groups = [r.by_start() for r in results]
-    costs = measured_costs(trials, bench.max_tokens)
-    if costs is None or not groups:
-        return VisitRuns(floor)
-    sigma2, tau2 = within_variance(groups), start_variance(groups).tau2
-    worth = runs_per_start(costs, sigma2, tau2)
-    if worth is None:
-        return VisitRuns(floor)
-    worth = min(worth, bench.max_runs or worth)
-    if worth <= floor:
-        return VisitRuns(floor)
-    return VisitRuns(worth, worth, costs, math.sqrt(tau2), math.sqrt(sigma2))
 
 
 def _paired_starts(results: list[R.ConfigResult], cands: list[Candidate],

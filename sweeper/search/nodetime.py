@@ -224,7 +224,7 @@ def plan_seconds(costs: Costs, trials: int, runs: int, warmup: int, max_runs: in
     """Node-seconds of a study as written, (every trial at ``runs``, every trial at
     ``max_runs``): ``trials`` restarts plus the confirm phase's, whose runs are
     ``confirm_runs`` at least and ``confirm_max`` at most (its visits run as long as a
-    start is worth: run/confirm.visit_runs)."""
+    start is worth: run/confirm_runs.visit_runs)."""
     def at(r: int, confirm: int) -> float:
         return (trials * costs.trial_s(r, warmup)
                 + confirm_restarts * costs.restart_s
