@@ -9,7 +9,12 @@ import optuna
 import pytest
 
 import sweeper.results.verdict as R
-from sweeper.measure.stats import prompt_effects, summarize
+from sweeper.measure.stats import (
+    prompt_effects,
+    shared_prompt_effects,
+    summarize,
+    without_prompt_effects,
+)
 from sweeper.results import attrs as A
 
 _RNG = random.Random(4)
@@ -97,6 +102,26 @@ def test_prompt_effects_take_the_prompts_spread_out_of_the_comparison() -> None:
     raw = summarize([v for _, v in groups[0]]).rel_stdev
     adjusted = summarize([v * math.exp(-eff[p]) for p, v in groups[0]]).rel_stdev
     assert adjusted < raw / 2
+
+
+def test_only_runs_placed_one_by_one_are_divided_by_their_prompts_effect() -> None:
+    """The one rule the verdict, the model and the confirm phase share: effects from two
+    or more configurations that placed runs; a configuration's runs adjusted only when
+    every one of them is placed (else a run would be divided by another prompt's effect)."""
+    pos = [i % 24 for i in range(48)]
+    a = list(zip(pos, _runs(100.0, 1.0, pos, 7), strict=True))
+    b = list(zip(pos, _runs(95.0, 1.0, pos, 8), strict=True))
+    assert shared_prompt_effects([a, []]) == {}  # one configuration: its speed or the prompt's?
+    eff = shared_prompt_effects([a, [], b])
+    assert eff == prompt_effects([a, b]) and len(eff) == 24
+    starts = [[v for _, v in a[:24]], [v for _, v in a[24:]]]
+    paired = without_prompt_effects(a, starts, eff)
+    assert [len(s) for s in paired] == [24, 24]
+    assert paired[1][3] == pytest.approx(a[27][1] * math.exp(-eff[3]))
+    # one run not placed: every run kept as measured (a copy, not the caller's lists)
+    kept = without_prompt_effects(a[1:], starts, eff)
+    assert kept == starts and kept[0] is not starts[0]
+    assert without_prompt_effects(a, starts, {}) == starts
 
 
 def test_runs_without_positions_are_compared_as_before() -> None:

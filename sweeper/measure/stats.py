@@ -357,11 +357,28 @@ def prompt_effects(groups: Sequence[Sequence[tuple[int, float]]], shrink: float 
     return eff
 
 
+def _placed(positions: Sequence[tuple[int, float]], starts: Starts) -> bool:
+    """Whether ``positions`` places every run of ``starts`` (one each, in order): a trial
+    that did not record where its runs started leaves its configuration unplaced."""
+    return bool(positions) and len(positions) == sum(len(s) for s in starts)
+
+
+def shared_prompt_effects(groups: Sequence[Sequence[tuple[int, float]]]) -> dict[int, float]:
+    """``prompt_effects`` over the configurations of ``groups`` that placed any run; none
+    ({}) below two, where a prompt's effect could not be told from the configuration's own
+    speed. The verdict, the model and the confirm phase all compare prompt by prompt
+    through this and ``without_prompt_effects``."""
+    placed = [list(g) for g in groups if g]
+    return prompt_effects(placed) if len(placed) > 1 else {}
+
+
 def without_prompt_effects(positions: Sequence[tuple[int, float]], starts: Starts,
                            effects: Mapping[int, float]) -> list[list[float]]:
     """A configuration's runs by start with each prompt's shared effect (``prompt_effects``)
     divided out. ``positions``: (position, tok/s) of every run, in the order of ``starts``
-    flattened."""
+    flattened; runs not all placed (or no effects) come back as they are, copied."""
+    if not effects or not _placed(positions, starts):
+        return [list(s) for s in starts]
     adjusted = [v * math.exp(-effects.get(p, 0.0)) for p, v in positions]
     sizes = [len(s) for s in starts]
     return [adjusted[sum(sizes[:i]):sum(sizes[:i + 1])] for i in range(len(sizes))]

@@ -23,7 +23,7 @@ from sweeper.measure.stats import (
     TwoLevel,
     add_start,
     consistent_starts,
-    prompt_effects,
+    shared_prompt_effects,
     speedup,
     start_variance,
     summarize,
@@ -131,12 +131,10 @@ def two_levels(results: Sequence[ConfigResult], tau2: float | None = None) -> St
     them all (``tau2`` when given), and runs compared prompt by prompt where they recorded
     their prompt positions (the speculative configurations' shared prompt effects taken
     out: measure/stats.prompt_effects)."""
-    spec = [r for r in results if not r.is_baseline and r.positions]
-    eff = prompt_effects([r.positions for r in spec]) if len(spec) > 1 else {}
+    eff = shared_prompt_effects([r.positions for r in results if not r.is_baseline])
     for r in results:
-        r.paired_starts = []
-        if eff and r in spec and len(r.positions) == len(r.runs):
-            r.paired_starts = without_prompt_effects(r.positions, r.starts, eff)
+        r.paired_starts = [] if r.is_baseline else \
+            without_prompt_effects(r.positions, r.starts, eff)
     groups = [r.by_start() for r in results]
     sv = start_variance(groups)
     if tau2 is not None:

@@ -38,7 +38,7 @@ from sweeper.measure.stats import (
     Starts,
     Stats,
     consistent_starts,
-    prompt_effects,
+    shared_prompt_effects,
     speedup,
     start_variance,
     summarize,
@@ -351,14 +351,12 @@ def _paired_starts(results: list[R.ConfigResult], cands: list[Candidate],
     fresh_pos = {r.config_id: r.positions
                  for r in R.config_results([t for t in trials if t.number in mine])}
     # the speculative configurations' shared prompt effects, as results.verdict.two_levels
-    spec = [r for r in results if not r.is_baseline and r.positions]
-    groups = [r.positions + fresh_pos.get(r.config_id, []) for r in spec]
-    eff = prompt_effects(groups) if len(groups) > 1 else {}
+    eff = shared_prompt_effects([r.positions + fresh_pos.get(r.config_id, [])
+                                 for r in results if not r.is_baseline])
 
     def adjust(positions: list[tuple[int, float]], starts: Starts, baseline: bool) -> Starts:
-        if not eff or baseline or len(positions) != sum(len(s) for s in starts):
-            return [list(s) for s in starts]
-        return without_prompt_effects(positions, starts, eff)
+        return [list(s) for s in starts] if baseline else \
+            without_prompt_effects(positions, starts, eff)
 
     out = {r.config_id: (adjust(r.positions, r.starts, r.is_baseline), [])
            for r in results}

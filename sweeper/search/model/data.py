@@ -21,7 +21,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.measure.stats import (
     add_start,
-    prompt_effects,
+    shared_prompt_effects,
     start_variance,
     two_level,
     without_prompt_effects,
@@ -187,10 +187,9 @@ def _compare_prompt_by_prompt(observations: Sequence[Observation]) -> None:
     later prompts, which may be harder on average (a story is less predictable than code):
     pooled raw, the configurations close to the best, the ones measured most, were ranked
     down for their prompts by as much as the 1% the sweep chases."""
-    placed = [o for o in observations if o.positions and len(o.positions) == len(o.runs)]
-    if len(placed) < 2:
+    eff = shared_prompt_effects([o.positions for o in observations])
+    if not eff:
         return
-    eff = prompt_effects([o.positions for o in placed])
-    for o in placed:
+    for o in observations:
         o.starts = without_prompt_effects(o.positions, o.starts, eff)
         o.runs = [v for s in o.starts for v in s]
