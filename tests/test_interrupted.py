@@ -11,6 +11,10 @@ measure/client.py) at its second trial."""
 
 from __future__ import annotations
 
+import _thread
+import re
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +27,7 @@ from sweeper.errors import BenchmarkInterrupted
 from sweeper.remote import LocalHost
 from sweeper.results import attrs as A
 from sweeper.run.common import SweepOptions
+from sweeper.run.interrupted import stopped_line
 from sweeper.run.session import HostSession, create_study
 from sweeper.run.trial import Measurement
 from sweeper.run.workers import HostPool
@@ -97,3 +102,63 @@ def test_an_interrupt_in_the_trials_thread_keeps_its_runs_and_requeues_it(
                "(41.5, 43.2 tok/s)" in line for line in report.lines), report.lines
     assert not [t for t in trials if t.state == TrialState.RUNNING]
     assert pool.summary.stopped_because in ("interrupted", "aborted")
+
+
+class HeldAfterTell(Lines):
+    """Holds the thread that prints the first trial's result line (printed after the trial
+    was told, run/step._complete) until released: the window where a worker is still busy
+    with a trial that has finished."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.number: int | None = None
+        self.reached = threading.Event()
+        self.release = threading.Event()
+
+    def line(self, text: str) -> None:
+        super().line(text)
+        m = re.match(r"trial (\d+) \(.*tok/s", text)
+        if m and self.number is None:
+            self.number = int(m.group(1))
+            self.reached.set()
+            self.release.wait(60)  # bounded: the test releases it as soon as it has looked
+
+
+def test_a_ctrl_c_after_a_trials_tell_names_no_trial_as_queued_again(tmp_path: Path) -> None:
+    """Seen as a user: a Ctrl-C while trial 5's result was printed said "trial 5 was recorded
+    as failed and queued again", and trial 5 was COMPLETE with nothing queued. The pool now
+    names only the trials its workers found running."""
+    data = demo_study_data(tmp_path, sweep={"seed": 5, "sampler": "random", "confirm_top": 0})
+    spec = parse_study(data, tmp_path / "t.yaml")
+    truth = GroundTruth(spec, "demo")
+    measurer = EmulatedMeasurer(truth, 5, noise=False)
+    options = SweepOptions(trials=4, storage=f"sqlite:///{tmp_path}/t.db", seed=5)
+    storage = optuna.storages.InMemoryStorage()
+    study = create_study(storage, spec, truth.space, sampler_for("random", truth, 5),
+                         simulated=True)
+    report = HeldAfterTell()
+    session = HostSession(spec, options, report)
+    session.attach(study, storage, measurer, LocalHost())
+    pool = HostPool(spec, options, sessions=[session], clock=measurer.now)
+
+    def ctrl_c() -> None:
+        if report.reached.wait(60):
+            _thread.interrupt_main()  # SIGINT to the main thread, inside pool.run
+
+    threading.Thread(target=ctrl_c, daemon=True).start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            pool.run()
+    finally:
+        report.release.set()
+    deadline = time.monotonic() + 30  # the held worker finishes its step and stops
+    while any(w.busy is not None for w in pool.workers) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert report.number is not None
+    assert pool.interrupted == []
+    trials = study.get_trials(deepcopy=False)
+    assert trials[report.number].state == TrialState.COMPLETE
+    assert not [t for t in trials if t.state == TrialState.FAIL
+                or A.RETRY_OF in t.user_attrs], [(t.number, t.state) for t in trials]
+    assert stopped_line(opened=True, running=pool.interrupted, finished=1, resume="R",
+                        again="").startswith("interrupted: no trial was running")

@@ -33,15 +33,32 @@ class Worker:
         with contextlib.suppress(Exception):  # the storage may be what failed
             record_host(self.study, self.label, state, group=self.group, trial=trial, why=why)
 
-    def interrupt(self) -> None:
-        """Ctrl-C: its trial recorded as interrupted and queued again, its server stopped."""
+    def interrupt(self) -> int | None:
+        """Ctrl-C: its trial recorded as interrupted and queued again, its server stopped.
+        Returns that trial's number; None when it had none in flight. A worker stays busy
+        after its trial's tell, while it prints the result and checks the stop rule: a
+        Ctrl-C there finds the trial finished, neither failed nor queued again, and the
+        stop line must not say it was."""
         number = self.busy
         s = self.session
         if number is not None:
-            with contextlib.suppress(Exception):
+            try:
                 t = self.study.get_trials(deepcopy=False)[number]
                 if t.state == TrialState.RUNNING:
                     # the runs its benchmark completed so far (run/trial.py)
                     record_interrupted(s, s.recorder.slot_of(number), t,
                                        getattr(s.measurer, "partial", {}))
+            except Exception:  # noqa: BLE001 - the storage, or the trial told meanwhile
+                pass
         s.measurer.stop(best_effort=True)
+        return number if number is not None and self._in_flight(number) else None
+
+    def _in_flight(self, number: int) -> bool:
+        """Whether trial ``number`` was cut short: FAIL (recorded above) or still RUNNING
+        (the storage refused: the next start closes it and queues it again, as
+        run/reconcile.py does). True when the storage cannot say."""
+        try:
+            state = self.study.get_trials(deepcopy=False)[number].state
+        except Exception:  # noqa: BLE001 - the storage may be what failed
+            return True
+        return state in (TrialState.RUNNING, TrialState.FAIL)

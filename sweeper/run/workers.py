@@ -239,11 +239,15 @@ class HostPool:
     def _interrupted(self) -> None:
         with self._lock:  # never between a claim's stop check and its busy mark (claim)
             self._stop.set()
-            self.interrupted = [n for n in (w.busy for w in self.workers) if n is not None]
         self.summary.stopped_because = "interrupted"
+        # the trials the Ctrl-C found running, as their workers recorded them (not every
+        # busy worker: one past its trial's tell has nothing in flight)
+        self.interrupted = []
         for w in self.workers:
             with contextlib.suppress(Exception):
-                w.interrupt()
+                number = w.interrupt()
+                if number is not None:
+                    self.interrupted.append(number)
 
     def _load_memory(self, study: optuna.Study) -> None:
         """Every group's failure memory, from the trials that ran on a server."""
