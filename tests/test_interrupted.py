@@ -66,20 +66,27 @@ class Lines:
         pass
 
 
-def test_an_interrupt_in_the_trials_thread_keeps_its_runs_and_requeues_it(
-        tmp_path: Path) -> None:
+def _loop(tmp_path: Path, measurer_type: type[EmulatedMeasurer], report: Lines,
+          notes: bool) -> tuple[optuna.Study, HostPool]:
+    """The product's trial loop on the demo study (random sampler, seed 5, 4 trials), one
+    host, measured by ``measurer_type`` (the emulated measurer or a variant of it)."""
     data = demo_study_data(tmp_path, sweep={"seed": 5, "sampler": "random", "confirm_top": 0})
     spec = parse_study(data, tmp_path / "t.yaml")
     truth = GroundTruth(spec, "demo")
-    measurer = InterruptedAtSecond(truth, 5, noise=False)
-    options = SweepOptions(trials=4, storage=f"sqlite:///{tmp_path}/t.db", seed=5, notes=False)
+    measurer = measurer_type(truth, 5, noise=False)
+    options = SweepOptions(trials=4, storage=f"sqlite:///{tmp_path}/t.db", seed=5, notes=notes)
     storage = optuna.storages.InMemoryStorage()
     study = create_study(storage, spec, truth.space, sampler_for("random", truth, 5),
                          simulated=True)
-    report = Lines()
     session = HostSession(spec, options, report)
     session.attach(study, storage, measurer, LocalHost())
-    pool = HostPool(spec, options, sessions=[session], clock=measurer.now)
+    return study, HostPool(spec, options, sessions=[session], clock=measurer.now)
+
+
+def test_an_interrupt_in_the_trials_thread_keeps_its_runs_and_requeues_it(
+        tmp_path: Path) -> None:
+    report = Lines()
+    study, pool = _loop(tmp_path, InterruptedAtSecond, report, notes=False)
     with pytest.raises(KeyboardInterrupt):
         pool.run()
 
@@ -128,18 +135,8 @@ def test_a_ctrl_c_after_a_trials_tell_names_no_trial_as_queued_again(tmp_path: P
     """Seen as a user: a Ctrl-C while trial 5's result was printed said "trial 5 was recorded
     as failed and queued again", and trial 5 was COMPLETE with nothing queued. The pool now
     names only the trials its workers found running."""
-    data = demo_study_data(tmp_path, sweep={"seed": 5, "sampler": "random", "confirm_top": 0})
-    spec = parse_study(data, tmp_path / "t.yaml")
-    truth = GroundTruth(spec, "demo")
-    measurer = EmulatedMeasurer(truth, 5, noise=False)
-    options = SweepOptions(trials=4, storage=f"sqlite:///{tmp_path}/t.db", seed=5)
-    storage = optuna.storages.InMemoryStorage()
-    study = create_study(storage, spec, truth.space, sampler_for("random", truth, 5),
-                         simulated=True)
-    report = HeldAfterTell()
-    session = HostSession(spec, options, report)
-    session.attach(study, storage, measurer, LocalHost())
-    pool = HostPool(spec, options, sessions=[session], clock=measurer.now)
+    report = HeldAfterTell()  # the result lines printed (notes on): the window it holds
+    study, pool = _loop(tmp_path, EmulatedMeasurer, report, notes=True)
 
     def ctrl_c() -> None:
         if report.reached.wait(60):
