@@ -72,12 +72,18 @@ postgres:
 # they run three at a time, a test file per worker, deadlines doubled (tests/timeouts.py);
 # the few that measure the simulator's wall-clock tok/s (marker `timing`) run alone
 # afterwards, always: also when the first part failed (make would stop there and they
-# would go unreported); the target fails if either part did.
+# would go unreported); the target fails if either part did. A wall clock on a shared
+# 2-core VM can be slowed mid-test where the quiet check before it saw nothing
+# (tests/quiet.py): a timing test that misses is measured once more, alone, and fails the
+# target when it misses twice.
 test: $(STAMP) sshd chromium postgres docker slurm
 	@rc=0; \
 	SWEEPER_TEST_TIMEOUT_FACTOR=2 $(BIN)/python -m pytest -q -n 3 --dist loadfile -m "not timing" --durations=15 || rc=$$?; \
 	echo "== the timing tests (the simulator's wall-clock tok/s), alone: =="; \
-	$(BIN)/python -m pytest -q -rs -m timing || rc=$$?; \
+	$(BIN)/python -m pytest -q -rs -m timing || { \
+	  echo "== a timing test missed: the ones that failed, measured once more =="; \
+	  $(BIN)/python -m pytest -q -rs -m timing --last-failed --last-failed-no-failures none \
+	    || rc=$$?; }; \
 	exit $$rc
 
 # The tests against the REAL SGLang 0.5.23 (tests/sglang/, marked `sglang`, left out of
