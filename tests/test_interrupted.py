@@ -14,7 +14,6 @@ from __future__ import annotations
 import _thread
 import re
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,7 @@ from sweeper.run.trial import Measurement
 from sweeper.run.workers import HostPool
 from sweeper.study import parse_study
 
-from .conftest import demo_study_data
+from .conftest import demo_study_data, wait_for
 
 KEPT = {1: [41.5, 43.25]}  # the runs the interrupted benchmark completed, per level
 
@@ -148,9 +147,8 @@ def test_a_ctrl_c_after_a_trials_tell_names_no_trial_as_queued_again(tmp_path: P
             pool.run()
     finally:
         report.release.set()
-    deadline = time.monotonic() + 30  # the held worker finishes its step and stops
-    while any(w.busy is not None for w in pool.workers) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: all(w.busy is None for w in pool.workers), 30,
+             "the held worker to finish its step and stop")
     assert report.number is not None
     assert pool.interrupted == []
     trials = study.get_trials(deepcopy=False)

@@ -63,6 +63,17 @@ def test_readme_quotes_the_computed_optima() -> None:
         assert row in readme, f"README row out of date for {file.name}:\n{row}"
 
 
+def test_the_noisy_node_is_the_demo_but_for_its_noise() -> None:
+    """Its header promises the demo's machine, model and physics: only the noise differs
+    (a copy of demo.yaml that would drift silently otherwise)."""
+    demo, noisy = load_profile("demo"), load_profile(path("noisy-node-l40s"))
+    own = {"name", "description", "noise", "source"}
+    assert [f.name for f in dataclasses.fields(demo)
+            if f.name not in own and getattr(demo, f.name) != getattr(noisy, f.name)] == []
+    assert noisy.noise.start_sd > demo.noise.start_sd
+    assert noisy.noise.cycle_sd > demo.noise.cycle_sd
+
+
 def best(name: str) -> Any:
     return OPTIMA.optimum(path(name), SPACE, 1)
 

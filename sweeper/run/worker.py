@@ -42,14 +42,13 @@ class Worker:
         number = self.busy
         s = self.session
         if number is not None:
-            try:
+            # the storage may fail, or the trial be told meanwhile: _in_flight reads it again
+            with contextlib.suppress(Exception):
                 t = self.study.get_trials(deepcopy=False)[number]
                 if t.state == TrialState.RUNNING:
                     # the runs its benchmark completed so far (run/trial.py)
                     record_interrupted(s, s.recorder.slot_of(number), t,
                                        getattr(s.measurer, "partial", {}))
-            except Exception:  # noqa: BLE001 - the storage, or the trial told meanwhile
-                pass
         s.measurer.stop(best_effort=True)
         return number if number is not None and self._in_flight(number) else None
 
