@@ -154,13 +154,13 @@ def _adaptive_server(spawn, tmp_path: Path) -> tuple[Any, dict[str, Any]]:
     return sim, {**ADAPTIVE, "speculative-adaptive-config": path}
 
 
-def _four_at_once(url: str) -> list[float]:
+def _four_at_once(url: str, tokens: int = 500) -> list[float]:
     results: list[float] = []
     barrier = threading.Barrier(4)
 
     def one() -> None:
         barrier.wait(timeout=10)
-        results.append(stream_chat(url, "four", 500).tok_s)
+        results.append(stream_chat(url, "four", tokens).tok_s)
 
     threads = [threading.Thread(target=one) for _ in range(4)]
     for t in threads:
@@ -182,14 +182,19 @@ def test_server_takes_the_adaptive_config_and_serves_a_batch(spawn, tmp_path: Pa
 
 @pytest.mark.timing  # wall-clock tok/s: `make test` runs these alone, on a quiet machine
 def test_server_switches_steps_by_batch_and_matches_the_model(spawn, tmp_path: Path) -> None:
+    # Streams of 2000 tokens (about 2 s each): a stream's tok/s carries its fixed costs (the
+    # request, the first token, a thread starting late past the barrier) over its length;
+    # at 500 tokens 18 ms of those made 3% (CI missed twice in one run), at 2000 it takes 70.
     sim, args = _adaptive_server(spawn, tmp_path)
-    alone = stream_chat(sim.url, "alone", 500).tok_s
+    alone = stream_chat(sim.url, "alone", 2000).tok_s
     assert alone == pytest.approx(expected_throughput("demo", args, {}).tok_s, rel=0.02)
-    results = _four_at_once(sim.url)
+    results = _four_at_once(sim.url, tokens=2000)
     at4 = expected_throughput("demo", args, {}, concurrency=4)
     three_at4 = expected_throughput("demo", fixed(3), {}, concurrency=4).tok_s or 0
     assert at4.steps == 1 and len(results) == 4
-    assert all(r == pytest.approx(at4.tok_s, rel=0.03) for r in results)
+    assert all(r == pytest.approx(at4.tok_s, rel=0.03) for r in results), (
+        f"four streams {[round(r, 1) for r in results]} tok/s, the model {at4.tok_s:.1f} at 1 "
+        f"step, {three_at4:.1f} had it stayed at 3; alone {alone:.1f}")
     assert abs((at4.tok_s or 0) / three_at4 - 1) > 0.06  # distinguishable from staying at 3
 
 
