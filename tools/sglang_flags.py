@@ -13,7 +13,7 @@ third-party module SGLang imports at the top of server_args.py (torch, numpy, ..
 not installed is replaced by an inert stand-in, so only SGLang's own code builds the
 parser (``ServerArgs.add_cli_args``, as ``prepare_server_args`` does). Needs msgspec and
 pyyaml. Output: a JSON list, one object per action: option_strings, dest, action (the
-action's class name), nargs, choices, deprecated, default.
+action's class name), nargs, choices, deprecated, default, type (the converter's name).
 """
 
 from __future__ import annotations
@@ -145,6 +145,12 @@ def _plain(value: Any) -> Any:
     return repr(value) if not isinstance(value, type) else value.__name__
 
 
+def _type_name(converter: Any) -> str | None:
+    if converter is None:
+        return None
+    return getattr(converter, "__name__", None) or type(converter).__name__
+
+
 def flag_table(parser: argparse.ArgumentParser) -> list[dict[str, Any]]:
     rows = []
     for action in parser._actions:
@@ -160,6 +166,9 @@ def flag_table(parser: argparse.ArgumentParser) -> list[dict[str, Any]]:
             "deprecated": name.startswith("Deprecated")
             or (action.help or "").lstrip("(").lower().startswith("deprecated"),
             "default": _plain(action.default),
+            # the converter argparse calls on the value (int, float, str, a function of
+            # SGLang's): what sweeper validate checks a study's values against
+            "type": _type_name(action.type),
         })
     return rows
 

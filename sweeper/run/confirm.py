@@ -297,7 +297,7 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2,
         if agg != "mean":
             return c.value(agg), len(c.starts)
         sweep_s, fresh = paired[c.result.config_id]
-        starts = consistent_starts(fresh, sweep_s, tau2) + fresh
+        starts = [*consistent_starts(fresh, sweep_s, tau2), *fresh]
         return two_level(starts, tau2).mean, len(starts)
 
     pooled = {c.result.config_id: pool(c)
@@ -358,8 +358,8 @@ def _paired_starts(results: list[R.ConfigResult], cands: list[Candidate],
         return [list(s) for s in starts] if baseline else \
             without_prompt_effects(positions, starts, eff)
 
-    out = {r.config_id: (adjust(r.positions, r.starts, r.is_baseline), [])
-           for r in results}
+    out: dict[str, tuple[Starts, Starts]] = {
+        r.config_id: (adjust(r.positions, r.starts, r.is_baseline), []) for r in results}
     for c in cands:
         cid = c.result.config_id
         out[cid] = (out[cid][0],

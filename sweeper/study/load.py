@@ -35,6 +35,7 @@ from sweeper.remote.host import WILDCARDS
 from sweeper.remote.target import parse_target
 from sweeper.study.base import ENV_PREFIX, fail, shorten, show, suggest
 from sweeper.study.container import ContainerSpec
+from sweeper.study.flagtypes import check_flag_values
 from sweeper.study.limits import MAX_COMMAND, parse_yaml, read_study_text
 from sweeper.study.objective import parse_levels, parse_objective
 from sweeper.study.params import env_value, parse_param
@@ -321,7 +322,8 @@ def _build(raw: StudyFile, path: Path) -> StudySpec:
               "add at least one parameter, e.g. speculative-num-steps: {int: [1, 6]}")
 
     _command_chars(path, hosts, server, space)
-    rules = check_rules(path, space, server.args)
+    rules = check_rules(path, space, server.args)  # its messages first: they say more
+    check_flag_values(path, space, server.args)
     levels = parse_levels(path, raw.benchmark.concurrency)
     objective = parse_objective(path, raw.objective, levels)
     if objective.multi and raw.sweep.sampler == "model":
