@@ -11,7 +11,7 @@ import pytest
 from sweeper.errors import StudyError
 from sweeper.study import load_study
 from sweeper.study.flagtypes import FLOAT_FLAGS, INT_FLAGS
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_cli
 
 FLAGS = json.loads((ROOT / "tests" / "fixtures" / "sglang-0.5.23-flags.json").read_text())
 
@@ -59,3 +59,20 @@ def test_values_sglang_reads_pass(tmp_path: Path, args: str, space: str) -> None
 def test_values_sglang_refuses_fail_at_their_key(tmp_path: Path, args: str, key: str) -> None:
     with pytest.raises(StudyError, match=f": {key}: "):
         load_study(str(_study(tmp_path, args)))
+
+
+@pytest.mark.parametrize("command", ["validate", "optimize"])
+def test_a_value_outside_the_launchers_choices_is_refused_before_anything_starts(
+        tmp_path: Path, command: str) -> None:
+    """The build's own --help lists a flag's choices (remote/preflight.help_choices): the
+    simulator's, like SGLang's, has no attention backend fa9."""
+    study = _study(tmp_path, "attention-backend: fa9")
+    args = ["--trials", "1"] if command == "optimize" else []
+    proc = run_cli(command, "--study", study.name, *args, cwd=tmp_path)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()
+             and not ln.startswith("warning:")]
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert len(lines) == 1, proc.stderr[-2000:]
+    assert "host local: --attention-backend 'fa9' is not a value this SGLang build takes " \
+        "(did you mean 'fa3'?)" in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [study.name]  # nothing written

@@ -10,7 +10,7 @@ import pytest
 
 from sweeper.errors import PortBusy, PreflightError
 from sweeper.remote.host import Host, free_port
-from sweeper.remote.preflight import help_flags, preflight
+from sweeper.remote.preflight import help_choices, help_flags, preflight
 from tests.test_ssh_contract import wait_for
 
 HELP = """\
@@ -24,6 +24,8 @@ options:
   --speculative-eagle-topk SPECULATIVE_EAGLE_TOPK
   --speculative-num-draft-tokens SPECULATIVE_NUM_DRAFT_TOKENS
   --enable-nccl-nvls    Enable NCCL NVLS for prefill heavy requests.
+  --speculative-algorithm {EAGLE,EAGLE3,NEXTN}
+  --cuda-graph-bs-decode {1,2,4,8} [{1,2,4,8} ...]
 """
 STUDY_FLAGS = {
     "model-path",
@@ -140,3 +142,23 @@ def test_preflight_port_held_by_our_server(
         assert report.port_held_by_own_server
     finally:
         any_host.stop_group(pgid, grace=2)
+
+
+def test_help_choices() -> None:
+    assert help_choices(HELP) == {"speculative-algorithm": {"EAGLE", "EAGLE3", "NEXTN"},
+                                  "cuda-graph-bs-decode": {"1", "2", "4", "8"}}
+
+
+def test_preflight_refuses_a_value_outside_the_builds_choices(any_host: Host,
+                                                              launcher: list[str]) -> None:
+    ok = {"speculative-algorithm": ["EAGLE3"], "cuda-graph-bs-decode": [[1, 8]],
+          "tp-size": ["anything: no choices"], "enable-nccl-nvls": [True, False]}
+    preflight(any_host, launcher, STUDY_FLAGS, free_port(), "127.0.0.1", values=ok)
+    for flag, bad, said in (("speculative-algorithm", "EAGEL3", " (did you mean 'EAGLE3'?)"),
+                            ("cuda-graph-bs-decode", [1, 3], "")):
+        with pytest.raises(PreflightError) as info:
+            preflight(any_host, launcher, STUDY_FLAGS, free_port(), "127.0.0.1",
+                      values={**ok, flag: [bad]})
+        message = str(info.value)
+        assert f"host {any_host.name}: --{flag} " in message
+        assert f"is not a value this SGLang build takes{said}" in message

@@ -51,7 +51,7 @@ def validate(study: StudyOpt, storage: ValidateStorageOpt = None) -> None:
               f"{spec.objective.describe()}", markup=False)
     out.print(f"  flags SGLang must accept: {', '.join(flags)}")
     if _checks_here(spec):
-        out.print("  every flag is in this machine's launcher --help")
+        out.print("  every flag is in this machine's launcher --help, every value in its choices")
     else:
         out.print("  (checked against the node's `launcher --help` when optimize starts, "
                   "before any server)")
@@ -166,12 +166,12 @@ def _check_flags_here(spec: StudySpec, flags: list[str]) -> None:
     from sweeper.errors import InputError, PreflightError
     from sweeper.launch import LaunchConfig
     from sweeper.remote.local import LocalHost
-    from sweeper.remote.preflight import require_flags
+    from sweeper.remote.preflight import flag_values, require_flags
 
     python = spec.hosts[0].python or sys.executable
     try:
         require_flags(LocalHost(), LaunchConfig(spec.server.launcher).launcher_argv(python),
-                      flags)
+                      flags, values=flag_values(spec))
     except PreflightError as exc:
         raise InputError(f"{spec.path}: {exc}") from None
 

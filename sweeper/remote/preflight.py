@@ -9,12 +9,15 @@ from __future__ import annotations
 import dataclasses
 import re
 import shlex
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sweeper.errors import CommandTimeout, PortBusy, PreflightError
+from sweeper.launch import render_value
 from sweeper.remote.host import Host
 from sweeper.study import StudySpec
+from sweeper.study.base import ENV_PREFIX
 
 # Space dimensions only some SGLang builds have a flag for: where the host's --help lacks
 # the flag, the dimension leaves the space (with this reason) instead of refusing the study.
@@ -49,6 +52,51 @@ class PreflightReport:
 def help_flags(help_text: str) -> frozenset[str]:
     """Long option names (without ``--``) that an argparse help text lists."""
     return frozenset(_FLAG.findall(help_text))
+
+
+# An option with choices, as argparse prints it: "--attention-backend {triton,fa3,...}",
+# "--lora-target-modules [{q_proj,...} ...]" (nargs '*')
+_CHOICES = re.compile(r"(?<![\w-])--([A-Za-z0-9][A-Za-z0-9_-]*) \[?\{([^{}\s]*)\}")
+
+
+def help_choices(help_text: str) -> dict[str, frozenset[str]]:
+    """The values each option with choices takes, as this build's ``--help`` lists them
+    (backends come and go between SGLang versions: the build says, not a list kept here)."""
+    return {name: frozenset(body.split(",")) for name, body in _CHOICES.findall(help_text)}
+
+
+def flag_values(spec: StudySpec) -> dict[str, list[Any]]:
+    """Every value the study may pass to each SGLang flag: server.args' fixed ones and the
+    space's choices and integers (a float range is left to SGLang)."""
+    out: dict[str, list[Any]] = {}
+    for name, value in spec.server.args.items():
+        out[name] = [value]  # a list is the values of one flag (nargs "+")
+    for name, param in spec.space.items():
+        if not name.startswith(ENV_PREFIX) and param.kind != "float":
+            out[name] = list(param.domain())
+    return out
+
+
+def _check_choices(host: Host, command: str, values: Mapping[str, Sequence[Any]],
+                   help_text: str) -> None:
+    """A value outside the choices the build's ``--help`` lists for its flag is refused
+    now (SGLang's argparse exits on it: "invalid choice"), with a did-you-mean."""
+    choices = help_choices(help_text)
+    for flag, vals in values.items():
+        allowed = choices.get(flag)
+        if not allowed:
+            continue
+        for value in (v for vs in vals for v in (vs if isinstance(vs, list) else [vs])):
+            if value is None or isinstance(value, bool):  # absent, or a presence flag
+                continue
+            text = render_value(value)
+            if text not in allowed:
+                close = did_you_mean(text, allowed)
+                hint = f" (did you mean {close!r}?)" if close else ""
+                raise PreflightError(
+                    f"host {host.name}: --{flag} {text!r} is not a value this SGLang build "
+                    f"takes{hint}; it takes one of {', '.join(sorted(allowed))} (checked with "
+                    f"`{command}`); fix it in the study's space or server.args")
 
 
 # An option's entry in argparse's help: "  --name VALUE, --alias VALUE   help text...".
@@ -107,11 +155,14 @@ def preflight(
     owned_pgids: Collection[int] = frozenset(),
     help_timeout: float = 180.0,
     help_text: str | None = None,
+    values: Mapping[str, Sequence[Any]] | None = None,
 ) -> PreflightReport:
     """Check, in order: the host answers; ``launcher --help`` runs; every flag the study can
     emit (dashed names without ``--``; a mapping flag -> study parameter names the
     parameter in the message) is in that help; GPUs are visible if nvidia-smi exists; the
     port is free or held by a server this sweeper started (a group in ``owned_pgids``).
+    ``values``: each flag's values the study may pass (``flag_values``), checked against
+    the choices the help lists.
 
     Raises PreflightError (the user's to fix), PortBusy, or an InfrastructureError from the
     host itself (unreachable, connection lost).
@@ -122,6 +173,7 @@ def preflight(
     available = help_flags(help_text)
     command = shlex.join([*launcher_argv, "--help"])
     _require(host, command, flags, available)
+    _check_choices(host, command, values or {}, help_text)
     gpu_count = _gpu_count(host)
 
     owned = False
@@ -148,12 +200,17 @@ def preflight(
 
 def require_flags(host: Host, launcher_argv: list[str],
                   flags: Collection[str] | Mapping[str, str],
-                  help_timeout: float = 180.0) -> frozenset[str]:
-    """Only the flag check of ``preflight`` (``export --adaptive`` writes flags the sweep
-    never passed: the host's SGLang must have them). PreflightError otherwise."""
+                  help_timeout: float = 180.0,
+                  values: Mapping[str, Sequence[Any]] | None = None) -> frozenset[str]:
+    """Only the flag check of ``preflight``, and its check of ``values`` (``export
+    --adaptive`` writes flags the sweep never passed: the host's SGLang must have them).
+    PreflightError otherwise."""
     host.check_alive()
-    available = launcher_flags(host, launcher_argv, help_timeout)
-    _require(host, shlex.join([*launcher_argv, "--help"]), flags, available)
+    text = launcher_help(host, launcher_argv, help_timeout)
+    available = help_flags(text)
+    command = shlex.join([*launcher_argv, "--help"])
+    _require(host, command, flags, available)
+    _check_choices(host, command, values or {}, text)
     return available
 
 

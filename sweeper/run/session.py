@@ -31,6 +31,7 @@ from sweeper.remote import Host
 from sweeper.remote.preflight import (
     PreflightReport,
     drop_unavailable,
+    flag_values,
     help_flags,
     launcher_help,
     optional_dimensions,
@@ -197,7 +198,7 @@ class HostSession:
                     self.host, LaunchConfig(self.spec.server.launcher).launcher_argv(self.python),
                     self.space.emitted_flags(), self.spec.server.port, self.spec.server.host,
                     owned_pgids=owned_pgids(study) if study is not None else frozenset(),
-                    help_text=self.help_text)
+                    help_text=self.help_text, values=flag_values(self.spec))
             except PortBusy as exc:  # before the first restart, a busy port is the user's to fix
                 raise PreflightError(str(exc)) from exc
         if fresh and study is not None:

@@ -20,7 +20,7 @@ from sweeper.launch import LaunchConfig
 from sweeper.measure.logs import parse_decode_lines, strip_prefix, summarize_decode
 from sweeper.remote import free_port
 from sweeper.remote.local import LocalHost
-from sweeper.remote.preflight import preflight
+from sweeper.remote.preflight import help_choices, launcher_help, preflight
 from sweeper.remote.server import ServerManager
 from tests.conftest import ROOT, run_cli
 from tests.sglang.real import (
@@ -60,6 +60,16 @@ def test_preflight_reads_the_real_help(real_server: RealServer) -> None:
                                "cuda-graph-max-bs": "cuda-graph-max-bs"},
                   free_port(), "127.0.0.1", help_timeout=scaled(300))
     assert "--cuda-graph-max-bs, --speculative-draft-tp-size" in str(err.value)
+    # the choices the real --help prints are SGLang's own, every flag's; a value outside
+    # them is refused before any start
+    text = launcher_help(host, argv, scaled(300))
+    assert help_choices(text) == {o[2:]: {str(c) for c in row["choices"]} for row in table
+                                  if row["choices"] for o in row["option_strings"]
+                                  if o.startswith("--")}
+    with pytest.raises(PreflightError, match=r"--attention-backend 'fa9' is not a value this "
+                                             r"SGLang build takes \(did you mean 'fa3'\?\)"):
+        preflight(host, argv, wanted, free_port(), "127.0.0.1", help_text=text,
+                  values={"attention-backend": ["fa9"]})
     # the port the real server holds is not taken for ours
     with pytest.raises(PortBusy):
         preflight(host, argv, wanted, real_server.port, "127.0.0.1",
