@@ -151,7 +151,7 @@ def test_help_choices() -> None:
 
 def test_preflight_refuses_a_value_outside_the_builds_choices(any_host: Host,
                                                               launcher: list[str]) -> None:
-    ok = {"speculative-algorithm": ["EAGLE3"], "cuda-graph-bs-decode": [[1, 8]],
+    ok = {"speculative-algorithm": ["EAGLE3"], "cuda-graph-bs-decode": [[1, "08"]],
           "tp-size": ["anything: no choices"], "enable-nccl-nvls": [True, False]}
     preflight(any_host, launcher, STUDY_FLAGS, free_port(), "127.0.0.1", values=ok)
     for flag, bad, said in (("speculative-algorithm", "EAGEL3", " (did you mean 'EAGLE3'?)"),

@@ -77,6 +77,17 @@ def flag_values(spec: StudySpec) -> dict[str, list[Any]]:
     return out
 
 
+def _in_choices(text: str, allowed: frozenset[str]) -> bool:
+    """Whether argparse would take ``text``: an int flag's choices are compared after
+    int() ("02" is 2), so a number that is one of them counts."""
+    if text in allowed:
+        return True
+    try:
+        return str(int(text)) in allowed
+    except ValueError:
+        return False
+
+
 def _check_choices(host: Host, command: str, values: Mapping[str, Sequence[Any]],
                    help_text: str) -> None:
     """A value outside the choices the build's ``--help`` lists for its flag is refused
@@ -90,7 +101,7 @@ def _check_choices(host: Host, command: str, values: Mapping[str, Sequence[Any]]
             if value is None or isinstance(value, bool):  # absent, or a presence flag
                 continue
             text = render_value(value)
-            if text not in allowed:
+            if not _in_choices(text, allowed):
                 close = did_you_mean(text, allowed)
                 hint = f" (did you mean {close!r}?)" if close else ""
                 raise PreflightError(
