@@ -181,10 +181,7 @@ def preflight(
     host.check_alive()
     if help_text is None:  # ``help_text``: the same host's --help, already read
         help_text = launcher_help(host, launcher_argv, help_timeout)
-    available = help_flags(help_text)
-    command = shlex.join([*launcher_argv, "--help"])
-    _require(host, command, flags, available)
-    _check_choices(host, command, values or {}, help_text)
+    available = _check_study(host, launcher_argv, flags, values or {}, help_text)
     gpu_count = _gpu_count(host)
 
     owned = False
@@ -217,11 +214,19 @@ def require_flags(host: Host, launcher_argv: list[str],
     --adaptive`` writes flags the sweep never passed: the host's SGLang must have them).
     PreflightError otherwise."""
     host.check_alive()
-    text = launcher_help(host, launcher_argv, help_timeout)
-    available = help_flags(text)
+    return _check_study(host, launcher_argv, flags, values or {},
+                        launcher_help(host, launcher_argv, help_timeout))
+
+
+def _check_study(host: Host, launcher_argv: list[str],
+                 flags: Collection[str] | Mapping[str, str],
+                 values: Mapping[str, Sequence[Any]], help_text: str) -> frozenset[str]:
+    """The study against the build's ``--help``: every flag in it, every value within the
+    choices it lists. The flags it lists."""
+    available = help_flags(help_text)
     command = shlex.join([*launcher_argv, "--help"])
     _require(host, command, flags, available)
-    _check_choices(host, command, values or {}, text)
+    _check_choices(host, command, values, help_text)
     return available
 
 
@@ -243,11 +248,6 @@ def drop_unavailable(spec: StudySpec, available: frozenset[str]
     notes = [f"space: {name} taken out: this host's SGLang has no --{name} "
              f"({OPTIONAL_DIMENSIONS[name]})" for name in gone]
     return dataclasses.replace(spec, space=space, start_from=start_from), notes
-
-
-def launcher_flags(host: Host, launcher_argv: list[str], help_timeout: float) -> frozenset[str]:
-    """Every long option ``launcher --help`` prints on the host."""
-    return help_flags(launcher_help(host, launcher_argv, help_timeout))
 
 
 def launcher_help(host: Host, launcher_argv: list[str], help_timeout: float) -> str:

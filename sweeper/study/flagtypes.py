@@ -82,18 +82,22 @@ FLOAT_FLAGS = frozenset({
 })
 
 
+def read_as(value: Any, convert: type) -> Any:
+    """``value`` (as sweeper renders it) as SGLang's argparse reads it with ``convert``;
+    None when it cannot (true renders a bare flag, not a number)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return convert(render_value(value))
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
 def _readable(value: Any, convert: type) -> bool:
-    """Whether SGLang's argparse would read ``value`` (as sweeper renders it) with
-    ``convert``; a list is several values (a flag of nargs '+')."""
+    """Whether SGLang's argparse would read ``value`` with ``convert``; a list is several
+    values (a flag of nargs '+')."""
     items = value if isinstance(value, list) else [value]
-    for item in items:
-        if isinstance(item, bool):  # true renders a bare flag, not a number
-            return False
-        try:
-            convert(render_value(item))
-        except (TypeError, ValueError, OverflowError):
-            return False
-    return True
+    return all(read_as(item, convert) is not None for item in items)
 
 
 def check_flag_values(path: Path, space: Mapping[str, Any], args: Mapping[str, Any]) -> None:

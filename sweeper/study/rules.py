@@ -25,6 +25,7 @@ from sweeper.study.base import (
     show,
     suggest,
 )
+from sweeper.study.flagtypes import read_as
 from sweeper.study.sections import ServerSpec
 
 
@@ -271,10 +272,10 @@ def _check_dp_attention(path: Path, space: dict[str, ParamSpec], args: dict[str,
     """--attn-dp-size D: D divides --tp-size (SGLang asserts it); not with data-parallel
     replicas, NGRAM or STANDALONE (SGLang refuses both). The deprecated spelling
     --enable-dp-attention --dp-size D follows the same rule."""
-    # "4" is a tp-size too: SGLang's argparse reads it with int() (study/flagtypes.py)
-    tps = [int(v) for v in _values("tp-size", space, args)
-           if not isinstance(v, bool) and str(v).strip().isdigit()]
-    if _values("tp-size", space, args) and not tps:
+    # "4" is a tp-size too: SGLang's argparse reads it with int()
+    written = _values("tp-size", space, args)
+    tps = [n for n in (read_as(v, int) for v in written) if n is not None]
+    if written and not tps:
         return  # a tp-size SGLang cannot read: study/flagtypes.py says so
     typo = None if tps else _near_miss("tp-size", space, args)
     unset = "" if tps else " (not set: SGLang's default)"
