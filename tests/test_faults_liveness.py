@@ -162,3 +162,24 @@ def test_a_stale_trial_holds_no_place_in_the_budget() -> None:
     assert room([running(now, owner={"machine": "b", "pid": 1})], 2) == 1  # beating
     assert room([running(now - STALE_SECONDS - 1, owner={"machine": "b", "pid": 1})], 2) == 2
     assert room([running(None)], 2) == 2  # owner-less for an hour
+
+
+def test_ctrl_c_between_ask_and_run_leaves_no_trial_running(make_study,
+                                                            tmp_path: Path) -> None:
+    """A Ctrl-C while a worker holds a trial it asked for but has not started (its storage
+    slow: the test-only point holds it 3 s) waits for the worker: the trial is handed back
+    (FAIL, saying why), not left RUNNING for the next start to close, and nothing is lost."""
+    path = make_study()
+    env = {**os.environ, "SWEEPER_KILLPOINT": "claimed:1:int"}
+    stopped = run_cli("optimize", "--study", str(path), "--trials", "3", env=env)
+    assert stopped.returncode == 130, stopped.stderr + stopped.stdout
+    db = f"sqlite:///{tmp_path / 't.db'}"
+    trials = optuna.load_study(study_name="t", storage=db).get_trials()
+    assert trials[0].state == TrialState.FAIL, [(t.number, t.state) for t in trials]
+    assert trials[0].user_attrs.get(A.BACKED_OFF) == "the sweep was stopping"
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+    again = run_cli("optimize", "--study", str(path), "--trials", "3")
+    assert again.returncode == 0, again.stderr + again.stdout
+    trials = optuna.load_study(study_name="t", storage=db).get_trials()
+    assert sum(counts_as_finished(t) for t in trials) == 3
+    assert not [t for t in trials if t.state == TrialState.RUNNING]

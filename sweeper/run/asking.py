@@ -56,6 +56,8 @@ class Asker:
             if room(w.study.get_trials(deepcopy=False), target) <= 0:
                 raise NoRoom
             with self.lock:
+                if self.stop.is_set():  # a Ctrl-C came: ask for nothing more
+                    raise NoRoom
                 trial, created = self._ask(w)
                 killpoint("asked")  # test-only: a kill before the trial names its owner
                 queued = A.ROLE in trial.user_attrs and not created
@@ -64,6 +66,7 @@ class Asker:
                     s.space.launch_config(s.space.suggest(trial))
                 s.recorder.set(s.recorder.slot(trial), **{
                     A.HOST: w.label, A.GROUP: w.group, A.CONFIG_ID: config.config_id()})
+            killpoint("claimed")  # test-only
             trials = w.study.get_trials(deepcopy=False)
             if not admitted(trials, trial.number, target):
                 self._hand_back(w, trial, queued, "another sweeper took the last trial")

@@ -8,27 +8,41 @@ the moments that matter (not "some time during the benchmark"):
 * ``benchmark``: a trial's first benchmark run done, the next one not started;
 * ``confirm-started`` / ``confirm-benchmark``: the same two moments in the confirm phase.
 
-``<name>:<n>`` kills at the n-th time the point is reached (1 by default). Unset, it costs
-one dictionary lookup; nothing else reads the variable.
+* ``claimed``: a trial asked and its owner written, the pool's lock released, before the
+  worker marks it busy (the window a Ctrl-C must not leave a trial RUNNING in).
+
+``<name>:<n>`` kills at the n-th time the point is reached (1 by default).
+``<name>:<n>:int`` sends a Ctrl-C (SIGINT) there instead, then holds the thread that
+reached the point for PAUSE seconds, as a slow storage would: what the rest of the
+sweeper does meanwhile is what is tested. Unset, it costs one dictionary lookup; nothing
+else reads the variable.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 from collections import Counter
 
 ENV = "SWEEPER_KILLPOINT"
 _seen: Counter[str] = Counter()
+PAUSE = 3.0
 
 
 def killpoint(name: str) -> None:
     wanted = os.environ.get(ENV)
     if not wanted:
         return
-    point, _, nth = wanted.partition(":")
+    point, _, rest = wanted.partition(":")
     if point != name:
         return
+    nth, _, how = rest.partition(":")
     _seen[name] += 1
-    if _seen[name] == (int(nth) if nth.isdigit() else 1):
-        os.kill(os.getpid(), signal.SIGKILL)
+    if _seen[name] != (int(nth) if nth.isdigit() else 1):
+        return
+    if how == "int":
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(PAUSE)  # test-only: the slow storage the rest of the sweeper must wait for
+        return
+    os.kill(os.getpid(), signal.SIGKILL)

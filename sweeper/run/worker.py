@@ -21,6 +21,7 @@ class Worker:
         self.label = label
         self.group = group
         self.busy: int | None = None  # the trial it is running
+        self.claiming = False  # between asking for a trial and running it (or handing it back)
         self.retired = ""
         self.repeats_in_a_row = 0  # accidental repeats answered since its last restart
         self.last_failure = ""

@@ -56,6 +56,7 @@ from sweeper.search.nodetime import measured_costs, spent_seconds
 from sweeper.study import StudySpec
 
 BACKOFF_SECONDS = 1.0
+CLAIM_GRACE = 10.0  # seconds a Ctrl-C waits for a worker between asking and running
 
 
 class HostPool:
@@ -180,7 +181,11 @@ class HostPool:
     # --- claiming a trial --------------------------------------------------------------
     def claim(self, w: Worker) -> Trial:
         """A trial for ``w`` to run (run/asking.py), within the budget's target."""
-        return self._asker.claim(w, self.target)
+        w.claiming = True
+        try:
+            return self._asker.claim(w, self.target)
+        finally:
+            w.claiming = False
 
     # --- the loop -----------------------------------------------------------------------
     def run(self) -> SweepSummary:
@@ -239,6 +244,12 @@ class HostPool:
     def _interrupted(self) -> None:
         with self._lock:  # never between a claim's stop check and its busy mark (claim)
             self._stop.set()
+        # A worker that asked for its trial before the stop hands it back (asking.py) or
+        # marks it busy for the loop below: wait for that, or the trial stays RUNNING
+        # until the next start closes it. Bounded: the storage it writes to may hang.
+        deadline = time.monotonic() + CLAIM_GRACE
+        while any(w.claiming for w in self.workers) and time.monotonic() < deadline:
+            time.sleep(0.02)  # the stop is set: its wait() would not wait
         self.summary.stopped_because = "interrupted"
         # the trials the Ctrl-C found running, as their workers recorded them (not every
         # busy worker: one past its trial's tell has nothing in flight)
