@@ -55,6 +55,8 @@ def test_sweep_records_every_trial(make_study, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr + proc.stdout
     assert "SIMULATED" in proc.stdout
     assert "Best:" in proc.stdout
+    node = next(line for line in proc.stdout.splitlines() if line.startswith("Node time:"))
+    assert "on the simulated server, not a GPU node's" in node, node
     study = load(tmp_path / "t.db")
     # --trials counts restarts: a proposal resolved without one (an accidental repeat of a
     # measured configuration, a known failure skipped) is recorded but not counted. Which

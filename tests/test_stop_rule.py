@@ -151,7 +151,7 @@ def test_node_seconds_count_start_ups_runs_and_warm_ups() -> None:
     trials = [trial(100.0, [50.0, 50.0]), trial(0.0, [100.0])]  # the second reused its server
     secs, source = spent_seconds(trials, max_tokens=100, warmup=1)
     assert secs == pytest.approx(100 + 3 * 2.0 + 1 * 1.0)  # a warm-up on a fresh start only
-    assert "as measured" in source
+    assert source == "start-ups and runs as timed"
     secs, source = spent_seconds(trials, max_tokens=100, warmup=1, restart_s=480, run_s=6)
     assert secs == pytest.approx(480 + 3 * 6 + 1 * 6)
     assert "restart_cost" in source and "run_cost" in source

@@ -365,7 +365,7 @@ class HostPool:
         secs, source = spent_seconds(trials, bench.max_tokens, bench.warmup,
                                      sw.restart_cost, sw.run_cost)
         if self.summary.simulated:
-            source = f"simulated: modelled start-up and run seconds; {source}"
+            source = f"{source} on the simulated server, not a GPU node's"
         self.summary.node_seconds, self.summary.node_source = secs, source
         return f"{secs / 3600:.2f} node-h"
 

@@ -213,8 +213,10 @@ def spent_seconds(trials: Sequence[Any], max_tokens: int, warmup: int = 1,
         else:
             each = [max_tokens / v for v in tok_s if v > 0]
             runs_s += sum(each) + (n - len(each)) * statistics.median(each) if each else 0.0
-    source = "start-ups at sweep.restart_cost" if restart_s else "start-ups as measured"
-    source += ", runs at sweep.run_cost" if run_s else ", runs as measured"
+    if not restart_s and not run_s:
+        return up_s + runs_s, "start-ups and runs as timed"
+    source = "start-ups at sweep.restart_cost" if restart_s else "start-ups as timed"
+    source += ", runs at sweep.run_cost" if run_s else ", runs as timed"
     return up_s + runs_s, source
 
 
