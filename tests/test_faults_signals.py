@@ -116,3 +116,23 @@ def test_ctrl_c_mid_trial_keeps_its_completed_runs(make_study, tmp_path: Path
     assert f"kept its {len(runs)} completed measured runs (" in out, out  # 2 to 4: plural
     assert not group_alive(victim.user_attrs["server"]["pgid"]), "the server was stopped"
     assert not study.get_trials(states=(TrialState.RUNNING,))
+
+
+def test_sigterm_in_the_confirm_phase_stops_its_server(make_study, tmp_path: Path
+                                                       ) -> None:  # noqa: ANN001
+    """SIGTERM (a scheduler, `kill`) in the confirm phase takes the Ctrl-C path: the visit
+    is closed, its server stopped. Killed by default there, the sweeper left the server
+    running, holding a node's GPUs until the next start."""
+    study_file = make_study(benchmark={"max_tokens": 400, "runs": 3, "warmup": 1},
+                            sweep={"confirm_top": 1, "confirm_runs": 3})
+    db = tmp_path / "t.db"
+    proc = start_sweep(study_file, 2)
+    victim, out, err = signal_mid_trial(
+        proc, db, signal.SIGTERM, 120, "a confirm visit mid-way",
+        ready=lambda t: t.user_attrs.get("role") in ("confirm", "baseline")
+        and t.user_attrs.get("confirm") is True)
+    assert proc.returncode == 130, f"trial {victim.number}\n{out}\n{err}"
+    assert "interrupted during the confirm phase" in err, err
+    study = load(db)
+    assert not group_alive(victim.user_attrs["server"]["pgid"]), "the server was stopped"
+    assert not study.get_trials(states=(TrialState.RUNNING,))

@@ -95,8 +95,12 @@ def optimize(
     run = _Run(study, storage)  # what a Ctrl-C would interrupt, from the first second on
     try:
         from sweeper.run import ctrlc
+        from sweeper.run.common import sigterm_as_interrupt
 
-        with ctrlc.kept():  # a Ctrl-C a finalizer drops is raised again at the next check
+        # a Ctrl-C a finalizer drops is raised again at the next check; SIGTERM and a
+        # closed terminal take the Ctrl-C path in every phase, the confirm phase's too
+        # (killed by default there, its server was left holding the GPUs)
+        with ctrlc.kept(), sigterm_as_interrupt():
             _optimize(run, study, trials, timeout, storage, sampler, seed, keep_best,
                       confirm, no_confirm, fresh, yes, port)
     except KeyboardInterrupt:
@@ -266,7 +270,7 @@ def confirm(study: StudyOpt, storage: StorageOpt = None,
     """Re-measure the top configurations and the baseline, interleaved, and pick the
     winner on those fresh runs (what `export` then writes)."""
     from sweeper.measure.prompts import study_prompts
-    from sweeper.run.common import SweepOptions
+    from sweeper.run.common import SweepOptions, sigterm_as_interrupt
     from sweeper.run.hostview import host_view
     from sweeper.run.ports import choose_port
     from sweeper.run.progress import ConsoleReporter
@@ -279,7 +283,9 @@ def confirm(study: StudyOpt, storage: StorageOpt = None,
     sweep = HostSession(host_view(spec, 0), SweepOptions(trials=0, storage=storage), reporter)
     sweep.open(require_existing=True)
     try:
-        _confirm(sweep, top, runs or spec.sweep.confirm_runs, reporter, exact=runs is not None)
+        with sigterm_as_interrupt():  # SIGTERM, SIGHUP: the Ctrl-C path, the server stopped
+            _confirm(sweep, top, runs or spec.sweep.confirm_runs, reporter,
+                     exact=runs is not None)
     finally:
         sweep.stop_server()
         sweep.close()
