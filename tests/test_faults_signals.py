@@ -3,6 +3,7 @@ again, the server stopped, the lock released. Real parts: the CLI, the simulator
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -13,7 +14,7 @@ from typing import Any
 
 from optuna.trial import TrialState
 
-from .conftest import ROOT, group_alive, wait_for
+from .conftest import ROOT, SIM_LAUNCHER, group_alive, wait_for
 from .test_resilience import _ctrl_c_as_at_a_terminal, load, mid_benchmark
 from .timeouts import scaled
 
@@ -136,3 +137,75 @@ def test_sigterm_in_the_confirm_phase_stops_its_server(make_study, tmp_path: Pat
     study = load(db)
     assert not group_alive(victim.user_attrs["server"]["pgid"]), "the server was stopped"
     assert not study.get_trials(states=(TrialState.RUNNING,))
+
+
+def _slow_stopping_sweep(make_study, tmp_path: Path, grace: str,  # noqa: ANN001
+                         presses: int) -> tuple[Any, subprocess.Popen[str], str, str, bool]:
+    """A one-trial sweep whose server is slow to stop (tests/hold_launcher.py
+    ``slowstop``: SIGTERM stops the simulator, the launcher holds on, as a server freeing
+    GPUs does): Ctrl-C mid-benchmark, then ``presses`` more once the server was told to
+    stop. Returns the trial, the sweeper, its output and whether the server's group was
+    alive when the sweeper had exited."""
+    from .test_ctrl_c_early import HOLD
+
+    sim = SIM_LAUNCHER.removeprefix("{python} ")
+    study_file = make_study(
+        baseline=False, benchmark={"max_tokens": 400, "runs": 3, "warmup": 1},
+        server={"launcher": f"{{python}} {HOLD} slowstop {tmp_path} {scaled(120):g} {sim}",
+                "stop_grace": grace})
+    from sweeper.run.ctrlc import AGAIN
+
+    db = tmp_path / "t.db"
+    errors = tmp_path / "stderr.txt"
+    with errors.open("w") as sink:  # a file, read while it runs: each press is seen
+        proc = subprocess.Popen([sys.executable, "-m", "sweeper", "optimize", "--study",
+                                 str(study_file), "--trials", "1"], cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=sink, text=True,
+                                start_new_session=True, preexec_fn=_as_at_a_terminal)
+    victim = None
+    try:
+        victim = wait_for(lambda: mid_benchmark(db, proc), 60, "a trial mid-way")
+        os.kill(proc.pid, signal.SIGINT)
+        wait_for((tmp_path / "held-slowstop").exists, 60, "the server told to stop")
+        for n in range(presses):  # impatient; each press once the one before was seen
+            os.kill(proc.pid, signal.SIGINT)
+            if n + 1 < presses:
+                wait_for(lambda: AGAIN in errors.read_text(), 60, "the press said")
+        out, _ = proc.communicate(timeout=scaled(60))
+        alive = group_alive(victim.user_attrs["server"]["pgid"])
+        err = errors.read_text()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        if victim is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(victim.user_attrs["server"]["pgid"], signal.SIGKILL)
+    return victim, proc, out, err, alive
+
+
+def test_a_second_ctrl_c_does_not_leave_a_slow_stopping_server_running(
+        make_study, tmp_path: Path) -> None:  # noqa: ANN001
+    """A second Ctrl-C while the sweeper waits for its server to stop is said and absorbed:
+    the stop goes on to its SIGKILL after stop_grace, nothing of the server is left, the
+    trial is recorded."""
+    from sweeper.run.ctrlc import AGAIN
+
+    victim, proc, out, err, alive = _slow_stopping_sweep(make_study, tmp_path, "3s", 1)
+    assert proc.returncode == 130, f"{out}\n{err}"
+    assert AGAIN in err, err
+    assert not alive, "the server was left running"
+    study = load(tmp_path / "t.db")
+    t = next(t for t in study.get_trials() if t.number == victim.number)
+    assert t.state == TrialState.FAIL and t.user_attrs["failure"] == "interrupted"
+    assert not study.get_trials(states=(TrialState.RUNNING,))
+
+
+def test_a_third_ctrl_c_abandons_the_clean_up_and_says_so(make_study, tmp_path: Path
+                                                          ) -> None:  # noqa: ANN001
+    """One more press abandons the wait (a stop_grace of minutes is the user's to cut):
+    the sweeper exits while the server still stops, and its line does not say "stopped"."""
+    _, proc, out, err, alive = _slow_stopping_sweep(make_study, tmp_path, "10m", 2)
+    assert proc.returncode == 130, f"{out}\n{err}"
+    assert alive, "the sweeper waited for the server after all"
+    assert "its clean-up abandoned: a server of this study may still be running" in err, err
+    assert "stopped;" not in err, err

@@ -141,9 +141,12 @@ class _Run:
             with contextlib.suppress(Exception):  # the storage may be what failed
                 finished = finished_count(pool.study)
         deleted = next((s.deleted for s in sessions if s.deleted), None)
+        from sweeper.run.ctrlc import abandoned
+
         err.print(stopped_line(opened=opened, running=pool.interrupted if pool else (),
                                finished=finished, deleted=deleted, resume=resume_hint(),
-                               again=again_hint()), markup=False, soft_wrap=True)
+                               again=again_hint(), abandoned=abandoned()),
+                  markup=False, soft_wrap=True)
 
 
 def _optimize(run: _Run, study: str, trials: int, timeout: float | None, storage: str | None,
@@ -250,8 +253,11 @@ def _confirm(sweep: HostSession, top: int, runs: int, reporter: ConsoleReporter,
     try:
         outcome = run_confirm(sweep, top, runs, rounds, visit)
     except KeyboardInterrupt:
+        from sweeper.run.ctrlc import cleaning_up
+
         reporter.close()
-        sweep.stop_server()
+        with cleaning_up():  # another Ctrl-C does not leave the server running
+            sweep.stop_server()
         err.print("interrupted during the confirm phase: the measurements so far are kept, "
                   f"its server stopped. {resume_hint()}", markup=False, soft_wrap=True)
         raise typer.Exit(130) from None

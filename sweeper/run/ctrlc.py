@@ -7,6 +7,10 @@ printed as "Exception ignored" and dropped, and the sweep goes on as if nothing 
 pressed. ``kept`` installs a handler that also notes the Ctrl-C; ``raise_pending`` raises
 it again at the loop's next check, so a dropped one costs at most one poll, and keeps
 the "Exception ignored" traceback of the dropped one off the user's screen.
+
+A Ctrl-C pressed again while the first one's clean-up runs (``cleaning_up``: servers
+being stopped, trials recorded) would cut that short and leave a server holding the
+node's GPUs: the first such press is said and absorbed; one more abandons the clean-up.
 """
 
 from __future__ import annotations
@@ -19,12 +23,45 @@ from collections.abc import Iterator
 from types import FrameType
 
 _pending = threading.Event()
+_cleanup = 0  # clean-ups running (nested)
+_absorbed = False  # a press during the clean-up was said and absorbed
+_abandoned = False  # one more press cut a clean-up short
+AGAIN = ("still stopping cleanly: the server is being stopped so that it does not hold the "
+         "node; press Ctrl-C once more to abandon that (the server may be left running)")
 
 
 def note_and_raise(signum: int, frame: FrameType | None) -> None:
     """The SIGINT handler (SIGTERM's and SIGHUP's raise through here too)."""
+    global _absorbed, _abandoned
+    if _cleanup and _absorbed:
+        _abandoned = True
+    if _cleanup and not _absorbed:
+        _absorbed = True
+        with contextlib.suppress(Exception):  # a write it interrupted; a closed terminal
+            sys.stderr.write(f"\n{AGAIN}\n")
+            sys.stderr.flush()
+        return
     _pending.set()
     raise KeyboardInterrupt
+
+
+def abandoned() -> bool:
+    """Whether a clean-up after a Ctrl-C was cut short by pressing it twice more."""
+    return _abandoned
+
+
+@contextlib.contextmanager
+def cleaning_up() -> Iterator[None]:
+    """The clean-up after a Ctrl-C: one more press is absorbed (said once), a second
+    abandons it. Only around code that runs because the sweep is stopping."""
+    global _cleanup, _absorbed
+    _cleanup += 1
+    try:
+        yield
+    finally:
+        _cleanup -= 1
+        if not _cleanup:
+            _absorbed = False
 
 
 def raise_pending() -> None:

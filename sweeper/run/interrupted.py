@@ -69,7 +69,8 @@ def _numbers(trials: Sequence[int]) -> str:
 
 
 def stopped_line(*, opened: bool, running: Sequence[int] = (), finished: int | None = None,
-                 deleted: int | None = None, resume: str, again: str) -> str:
+                 deleted: int | None = None, resume: str, again: str,
+                 abandoned: bool = False) -> str:
     """The Ctrl-C line of ``optimize``.
 
     ``opened``: the study was opened (created or loaded) and locked; before that nothing
@@ -79,6 +80,8 @@ def stopped_line(*, opened: bool, running: Sequence[int] = (), finished: int | N
     stopped. ``finished``: the study's finished trials (None: the storage could not say).
     ``deleted``: the trials ``--fresh`` had deleted before the interrupt. ``resume``: the
     command that resumes an opened study (run/reconcile.Budget goes on to its target).
+    ``abandoned``: a further Ctrl-C cut the clean-up short (run/ctrlc.py): what it had
+    not done yet is not known, and the line says so instead of "stopped".
     """
     if not opened:
         gone = f"; --fresh had deleted its {counted(deleted, 'earlier trial')}" \
@@ -88,6 +91,10 @@ def stopped_line(*, opened: bool, running: Sequence[int] = (), finished: int | N
     kept = "the study's trials are kept" if finished is None else \
         "no trial had finished yet" if finished == 0 else \
         f"the study keeps its {counted(finished, 'finished trial')}"
+    if abandoned:
+        return (f"interrupted, and its clean-up abandoned: a server of this study may still "
+                f"be running; the next optimize of this study stops it (or stop it by hand); "
+                f"{kept}. {resume}")
     if running:
         one = len(running) == 1
         return (f"interrupted: {_numbers(running)} {'was' if one else 'were'} recorded as "

@@ -42,7 +42,7 @@ from sweeper.results.hosts import DONE, IDLE, RETIRED, STARTING, record_host
 from sweeper.results.kind import ran_on_server
 from sweeper.run.asking import Asker, Busy, NoRoom
 from sweeper.run.common import SweepOptions, SweepSummary, sigterm_as_interrupt, storage_guard
-from sweeper.run.ctrlc import handled, raise_pending
+from sweeper.run.ctrlc import cleaning_up, handled, raise_pending
 from sweeper.run.decide import Outcome, should_stop, skip_limit, stop_state
 from sweeper.run.hostview import Prefixed, host_view
 from sweeper.run.killpoint import killpoint
@@ -226,6 +226,7 @@ class HostPool:
     def _run_threads(self, deadline: float | None) -> None:
         threads = [threading.Thread(target=self._work, args=(w, deadline), daemon=True,
                                     name=f"sweeper-{w.label}") for w in self.live]
+        interrupted = False
         try:
             with sigterm_as_interrupt():
                 for t in threads:
@@ -235,11 +236,15 @@ class HostPool:
                     for t in threads:
                         t.join(0.2)
         except KeyboardInterrupt:
+            interrupted = True
             handled()
-            self._interrupted()
+            with sigterm_as_interrupt(), cleaning_up():  # not cut short by another Ctrl-C
+                self._interrupted()
+                self._finish()
             raise
         finally:
-            self._finish()
+            if not interrupted:
+                self._finish()
 
     def _interrupted(self) -> None:
         with self._lock:  # never between a claim's stop check and its busy mark (claim)
