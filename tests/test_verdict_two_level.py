@@ -140,3 +140,16 @@ def test_the_summary_reports_the_spread_between_starts() -> None:
     lines = Headline.of(_study()).lines()
     assert any(ln.startswith("Server starts differ by ") for ln in lines), lines
     assert any("start by start" in ln for ln in lines)
+
+
+def test_a_baseline_alone_is_not_said_to_have_beaten_anything() -> None:
+    from sweeper.results.headline import Headline
+
+    study = optuna.create_study(direction="maximize")
+    _add(study, "base", [60.0, 61.0, 59.0], None, A.BASELINE)
+    lines = Headline.of(study).lines()
+    assert "No speculative configuration has been measured yet." in lines, lines
+    assert not any("beat" in ln for ln in lines), lines
+    _add(study, "a", [50.0, 51.0, 49.0], None)  # measured, and slower
+    lines = Headline.of(study).lines()
+    assert "No speculative configuration beat the baseline (no speculation)." in lines, lines

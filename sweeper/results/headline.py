@@ -49,6 +49,8 @@ class Headline:
     pooled: R.ConfigResult | None = None
     # the simplest configuration tied with the winner, when simpler (results/simplest.py)
     simplest: Simplest | None = None
+    # a speculative configuration was measured: else the baseline "won" by default
+    rivals: bool = True
 
     @classmethod
     def of(cls, study: optuna.Study, objective: str = "mean",
@@ -56,12 +58,13 @@ class Headline:
         trials = trials if trials is not None else study.get_trials(deepcopy=False)
         v = R.verdict(study, objective, trials)
         pooled = None
+        results = R.config_results(trials) if v.best is not None else []
         if v.best is not None:
-            pooled = next((r for r in R.config_results(trials)
-                           if r.config_id == v.best.config_id), None)
+            pooled = next((r for r in results if r.config_id == v.best.config_id), None)
         return cls(v.best, v.baseline, v.confirmed, goal=v.goal, per_level=v.per_level,
                    front=v.front, sure=v.sure, start_note=v.start_text(), pooled=pooled,
-                   simplest=_simplest(study, trials, v))
+                   simplest=_simplest(study, trials, v),
+                   rivals=any(not r.is_baseline for r in results))
 
     def how_sure(self) -> str | None:
         """``How sure: 87% that no other configuration measured is truly more than 1%
@@ -162,7 +165,9 @@ class Headline:
         acc = f", accept length {self.best.accept_length:.2f}" \
             if self.best.accept_length else ""
         out = [f"Best: {self.label} — {self.figure()}{acc}"]
-        if self.best.is_baseline:
+        if self.best.is_baseline and not self.rivals:
+            out.append("No speculative configuration has been measured yet.")
+        elif self.best.is_baseline:
             out.append("No speculative configuration beat the baseline (no speculation).")
         elif self.baseline is not None:
             out.append(f"Speedup over baseline ({self.baseline.stats.mean:.1f} tok/s): "
