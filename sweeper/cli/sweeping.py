@@ -95,7 +95,7 @@ def optimize(
     run = _Run(study, storage)  # what a Ctrl-C would interrupt, from the first second on
     try:
         from sweeper.run import ctrlc
-        from sweeper.run.common import sigterm_as_interrupt
+        from sweeper.run.ctrlc import sigterm_as_interrupt
 
         # a Ctrl-C a finalizer drops is raised again at the next check; SIGTERM and a
         # closed terminal take the Ctrl-C path in every phase, the confirm phase's too
@@ -276,7 +276,8 @@ def confirm(study: StudyOpt, storage: StorageOpt = None,
     """Re-measure the top configurations and the baseline, interleaved, and pick the
     winner on those fresh runs (what `export` then writes)."""
     from sweeper.measure.prompts import study_prompts
-    from sweeper.run.common import SweepOptions, sigterm_as_interrupt
+    from sweeper.run.common import SweepOptions
+    from sweeper.run.ctrlc import sigterm_as_interrupt
     from sweeper.run.hostview import host_view
     from sweeper.run.ports import choose_port
     from sweeper.run.progress import ConsoleReporter

@@ -1,13 +1,10 @@
 """What the trial loop (run/workers.py) and a host's session (run/session.py) share: the
-options of a sweep, its summary, the study's first host, and the two guards around the
-loop (SIGTERM and SIGHUP as Ctrl-C; a failing storage as one line)."""
+options of a sweep, its summary, the study's first host, and the guard around the loop
+for a failing storage (one line). SIGTERM and SIGHUP as Ctrl-C: run/ctrlc.py."""
 
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
-import stat
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,11 +14,10 @@ from sweeper.remote import Host, LocalHost
 from sweeper.remote.container import wrap_host
 from sweeper.results.summary import SweepSummary
 from sweeper.run import pending
-from sweeper.run.ctrlc import note_and_raise
 from sweeper.study import StudySpec, placeholder_message
 from sweeper.study.base import public_url
 
-__all__ = ["SweepAborted", "SweepOptions", "SweepSummary", "open_host", "sigterm_as_interrupt",
+__all__ = ["SweepAborted", "SweepOptions", "SweepSummary", "open_host",
            "storage_fault", "storage_guard"]
 
 
@@ -76,39 +72,3 @@ def storage_guard(summary: SweepSummary, storage_url: str) -> Iterator[None]:
             raise
         summary.stopped_because = "storage"
         raise fault from exc
-
-
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGHUP (the terminal closed) take the Ctrl-C path: the trial is recorded
-    and queued again, the server stopped. After a hang-up the terminal is gone: output goes
-    to /dev/null from then on, so writing a line cannot stop the clean-up half-way."""
-    def handler(signum: int, frame: object) -> None:
-        if signum == signal.SIGHUP:
-            _detach_from_terminal()
-        note_and_raise(signum, None)  # noted: raised again if a finalizer drops it
-
-    # under nohup a hang-up is ignored on purpose: leave it so
-    signals = [signal.SIGTERM] + ([signal.SIGHUP] if signal.getsignal(signal.SIGHUP)
-                                  is not signal.SIG_IGN else [])
-    try:
-        previous = {sig: signal.signal(sig, handler) for sig in signals}
-    except ValueError:  # not the main thread (tests may drive a sweep from a thread)
-        yield
-        return
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
-def _detach_from_terminal() -> None:
-    with contextlib.suppress(OSError):
-        null = os.open(os.devnull, os.O_WRONLY)
-        for fd in (1, 2):
-            # a terminal (isatty may already fail on a hung-up one: a character device)
-            with contextlib.suppress(OSError):
-                if stat.S_ISCHR(os.fstat(fd).st_mode):
-                    os.dup2(null, fd)
-        os.close(null)

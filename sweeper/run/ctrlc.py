@@ -16,7 +16,9 @@ node's GPUs: the first such press is said and absorbed; one more abandons the cl
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import stat
 import sys
 import threading
 from collections.abc import Iterator
@@ -103,3 +105,41 @@ def kept() -> Iterator[None]:
             signal.signal(signal.SIGINT, previous)
         sys.unraisablehook = quiet
         _pending.clear()
+
+
+# Here, not in run/common.py: optimize installs it from its first second, before the study
+# file is read, and this module imports nothing heavy (a bad study is refused lightly).
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP (the terminal closed) take the Ctrl-C path: the trial is recorded
+    and queued again, the server stopped. After a hang-up the terminal is gone: output goes
+    to /dev/null from then on, so writing a line cannot stop the clean-up half-way."""
+    def handler(signum: int, frame: object) -> None:
+        if signum == signal.SIGHUP:
+            _detach_from_terminal()
+        note_and_raise(signum, None)  # noted: raised again if a finalizer drops it
+
+    # under nohup a hang-up is ignored on purpose: leave it so
+    signals = [signal.SIGTERM] + ([signal.SIGHUP] if signal.getsignal(signal.SIGHUP)
+                                  is not signal.SIG_IGN else [])
+    try:
+        previous = {sig: signal.signal(sig, handler) for sig in signals}
+    except ValueError:  # not the main thread (tests may drive a sweep from a thread)
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _detach_from_terminal() -> None:
+    with contextlib.suppress(OSError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        for fd in (1, 2):
+            # a terminal (isatty may already fail on a hung-up one: a character device)
+            with contextlib.suppress(OSError):
+                if stat.S_ISCHR(os.fstat(fd).st_mode):
+                    os.dup2(null, fd)
+        os.close(null)

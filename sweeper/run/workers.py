@@ -41,8 +41,8 @@ from sweeper.results import attrs as A
 from sweeper.results.hosts import DONE, IDLE, RETIRED, STARTING, record_host
 from sweeper.results.kind import ran_on_server
 from sweeper.run.asking import Asker, Busy, NoRoom
-from sweeper.run.common import SweepOptions, SweepSummary, sigterm_as_interrupt, storage_guard
-from sweeper.run.ctrlc import cleaning_up, handled, raise_pending
+from sweeper.run.common import SweepOptions, SweepSummary, storage_guard
+from sweeper.run.ctrlc import cleaning_up, handled, raise_pending, sigterm_as_interrupt
 from sweeper.run.decide import Outcome, should_stop, skip_limit, stop_state
 from sweeper.run.hostview import Prefixed, host_view
 from sweeper.run.killpoint import killpoint
