@@ -153,3 +153,27 @@ def test_a_baseline_alone_is_not_said_to_have_beaten_anything() -> None:
     _add(study, "a", [50.0, 51.0, 49.0], None)  # measured, and slower
     lines = Headline.of(study).lines()
     assert "No speculative configuration beat the baseline (no speculation)." in lines, lines
+
+
+def test_one_run_on_one_start_each_states_no_chance() -> None:
+    """With one run per configuration, the run-to-run noise is unmeasured: no "How sure"
+    (it would rest on the between-start prior alone), and the stop rule does not fire."""
+    from sweeper.results.headline import Headline
+    from sweeper.search.nodetime import stop_reason
+
+    study = optuna.create_study(direction="maximize")
+    _add(study, "base", [60.0], None, A.BASELINE)
+    _add(study, "a", [100.0], None)
+    _add(study, "b", [80.0], None)
+    v = R.verdict(study)
+    assert v.best is not None and v.best.config_id == "a" and v.sure is None
+    lines = Headline.of(study).lines()
+    said = "How sure: not stated: every configuration has one run"
+    assert any(ln.startswith(said) for ln in lines), lines
+    assert "Speedup over baseline (60.0 tok/s): +66.7%" in lines, lines  # no interval
+    assert stop_reason([[100.0]], [[[80.0]]], 0.02**2, 0.5) is None
+    _add(study, "b", [81.0], None)  # measured again: its two starts show a spread
+    v = R.verdict(study)
+    assert v.sure is not None
+    assert not any("not stated" in ln for ln in Headline.of(study).lines())
+    assert stop_reason([[100.0]], [[[80.0], [81.0]]], 0.02**2, 0.5) is not None

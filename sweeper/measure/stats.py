@@ -175,6 +175,16 @@ def _logs(starts: Starts) -> list[list[float]]:
     return [[math.log(v) for v in s if v > 0] for s in starts if any(v > 0 for v in s)]
 
 
+def noise_measured(groups: Sequence[Starts]) -> bool:
+    """Whether the runs say anything about their own noise: a start of two runs or more,
+    or a configuration on two starts or more. With one run on one start each (a study's
+    ``benchmark.runs: 1``, before any replicate), the spread between two configurations
+    rests on the between-start prior alone, which leaves out the run-to-run noise, so no
+    probability is stated from it."""
+    return any(len(s) > 1 for starts in groups for s in _logs(starts)) or \
+        any(len(_logs(starts)) > 1 for starts in groups)
+
+
 def within_variance(groups: Sequence[Starts], floor_cv: float = 0.0) -> float:
     """Run-to-run variance of log tok/s within a start, pooled over every start of two
     runs or more (at least ``floor_cv`` squared); ``floor_cv`` squared without any."""

@@ -15,7 +15,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 import sweeper.results.verdict as R
-from sweeper.measure.stats import Ratio, speedup
+from sweeper.measure.stats import Ratio, noise_measured, speedup
 from sweeper.results import attrs as A
 from sweeper.results.simplest import Simplest, simplest_tied
 from sweeper.results.simplest import describe as describe_simplest
@@ -51,6 +51,8 @@ class Headline:
     simplest: Simplest | None = None
     # a speculative configuration was measured: else the baseline "won" by default
     rivals: bool = True
+    # configurations to compare, each one run on one start: no noise to state a chance on
+    noise_unmeasured: bool = False
 
     @classmethod
     def of(cls, study: optuna.Study, objective: str = "mean",
@@ -64,12 +66,18 @@ class Headline:
         return cls(v.best, v.baseline, v.confirmed, goal=v.goal, per_level=v.per_level,
                    front=v.front, sure=v.sure, start_note=v.start_text(), pooled=pooled,
                    simplest=_simplest(study, trials, v),
-                   rivals=any(not r.is_baseline for r in results))
+                   rivals=any(not r.is_baseline for r in results),
+                   noise_unmeasured=len(results) > 1 and not noise_measured(
+                       [r.by_start() for r in results]))
 
     def how_sure(self) -> str | None:
         """``How sure: 87% that no other configuration measured is truly more than 1%
         faster (on every run of each, ...)``: the chance the pick is right to within 1%,
         not a claim that the configurations are tied."""
+        if self.noise_unmeasured and self.best is not None:
+            return ("How sure: not stated: every configuration has one run on one server "
+                    "start, so the run-to-run noise is not measured yet (benchmark.runs of 2 "
+                    "or more measures it, as does measuring a configuration again)")
         if self.sure is None or self.best is None:
             return None
         # verdict._sure: every configuration measured, all its runs pooled, whether or
@@ -170,8 +178,11 @@ class Headline:
         elif self.best.is_baseline:
             out.append("No speculative configuration beat the baseline (no speculation).")
         elif self.baseline is not None:
+            ratio = self.speedup
+            if ratio is not None and self.noise_unmeasured:  # its interval: the prior alone
+                ratio = Ratio(ratio.ratio, math.nan, math.nan)
             out.append(f"Speedup over baseline ({self.baseline.stats.mean:.1f} tok/s): "
-                       f"{R.fmt_ratio(self.speedup)}")
+                       f"{R.fmt_ratio(ratio)}")
         if self.confirmed:
             note = self.pooled_note()
             out.append(f"(the winner of the confirm phase{'; ' + note if note else ''})")

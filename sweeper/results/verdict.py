@@ -23,6 +23,7 @@ from sweeper.measure.stats import (
     TwoLevel,
     add_start,
     consistent_starts,
+    noise_measured,
     shared_prompt_effects,
     speedup,
     start_variance,
@@ -225,7 +226,7 @@ def _sure(best: ConfigResult | None, pool: Sequence[ConfigResult], tau2: float
         return None
     mine = next((r for r in pool if r.config_id == best.config_id), best)
     rest = [r.by_start() for r in pool if r.config_id != best.config_id and r.runs]
-    if not rest:
+    if not rest or not noise_measured([mine.by_start(), *rest]):
         return None
     return p_within_starts(mine.by_start(), rest, tau2, SURE_TOL,
                            math.sqrt(within_variance([mine.by_start(), *rest])))

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sweeper.measure.stats import Starts, se2_after
+from sweeper.measure.stats import Starts, noise_measured, se2_after
 from sweeper.measure.sure import p_within_starts
 from sweeper.search.model.racing import INDIFFERENCE, expected_excess
 
@@ -180,7 +180,7 @@ def stop_reason(best: Starts, others: Sequence[Starts], tau2: float,
                 stop_when_sure: float, floor_cv: float | None = None) -> str | None:
     """Why the sweep can stop now (the pick is at least ``stop_when_sure`` likely to be
     within 1% of every other configuration measured, on two-level statistics), or None."""
-    if not others or stop_when_sure >= 1.0:
+    if not others or stop_when_sure >= 1.0 or not noise_measured([best, *others]):
         return None
     p = p_within_starts(best, others, tau2, SURE_TOL, floor_cv)
     if p < stop_when_sure:
