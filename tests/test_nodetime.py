@@ -4,6 +4,7 @@ node time of a study as written."""
 from __future__ import annotations
 
 import math
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -105,6 +106,8 @@ def test_validate_prints_the_space_size_and_node_hours(make_study) -> None:  # n
     assert proc.returncode == 0, proc.stderr
     line = next(ln for ln in proc.stdout.splitlines() if "space:" in ln)
     assert "configurations" in line and "node time" in line and " h at 480 s" in line
+    # the conftest study has no max_runs: every trial is its 2 runs, one figure, not "a-a"
+    assert re.search(r"restarts, [\d,]+ runs;", line), line
     data = yaml.safe_load(path.read_text())
     data["sweep"]["stop_when_sure"] = 1.5
     path.write_text(yaml.safe_dump(data))

@@ -119,7 +119,7 @@ def _plan_text(spec: Any, space: Any, count: int | None, trials: int = 40) -> st
     top = b.max_runs if b.extends and b.max_runs else b.runs
     text = (f"space: {size}; as written (--trials {trials}, confirm "
             f"{plan.restarts} restarts): {restarts} restarts, "
-            f"{restarts * runs:,}-{restarts * top * len(spec.objective.levels):,} runs")
+            f"{_span(restarts * runs, restarts * top * len(spec.objective.levels), ',')} runs")
     if sw.restart_cost is None or sw.run_cost is None:
         return text + "; set sweep.restart_cost and sweep.run_cost to see the node-hours"
     costs = Costs(sw.restart_cost, sw.run_cost)
@@ -128,9 +128,15 @@ def _plan_text(spec: Any, space: Any, count: int | None, trials: int = 40) -> st
     confirm_max = plan.restarts * top if plan.top else 0
     low, high = plan_seconds(costs, trials, runs, b.warmup, top * len(spec.objective.levels),
                              plan.restarts, confirm_runs, confirm_max)
-    return text + (f"; node time {low / 3600:.1f}-{high / 3600:.1f} h at "
+    return text + (f"; node time {_span(low / 3600, high / 3600, '.1f')} h at "
                    f"{sw.restart_cost:g} s a restart and {sw.run_cost:g} s a run "
                    f"(sweep.stop_when_sure {sw.stop_when_sure:g} may end it sooner)")
+
+
+def _span(low: float, high: float, fmt: str) -> str:
+    """``low-high``, or one figure when they read the same ("40 runs", not "40-40")."""
+    a, b = format(low, fmt), format(high, fmt)
+    return a if a == b else f"{a}-{b}"
 
 
 def _check_storage(spec: StudySpec, storage: str | None, space: Any) -> tuple[str, str]:
