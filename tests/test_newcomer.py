@@ -444,3 +444,21 @@ def test_a_study_not_swept_yet_names_the_optimize_that_would_fill_it(make_study,
     assert own.returncode == 2 and not (tmp_path / "t.db").exists()
     assert shlex.split(own.stderr.split("run `")[1].split("`")[0]) == [
         "sweeper", "optimize", "--study", str(study_file)]
+
+
+def test_export_to_a_path_it_cannot_write_is_one_line(finished: Path, tmp_path: Path) -> None:
+    """`-o -` (export writes files, not stdout), a folder, a path under a file: one line
+    naming --output and what to give instead, exit 2, nothing written (once a file named
+    "-" appeared, and a folder gave a traceback)."""
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "afile").write_text("x")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    for output, says in [("-", "export writes files"),
+                         (str(tmp_path / "folder"), "a directory; give a file path such as"),
+                         (str(tmp_path / "afile" / "best.yaml"), "is a file, not a directory")]:
+        proc = run_cli("export", "--study", str(finished), "-o", output, cwd=tmp_path)
+        assert proc.returncode == 2, (output, proc.stdout, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: --output {output}: "), lines
+        assert says in lines[0], lines
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before

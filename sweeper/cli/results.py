@@ -52,8 +52,13 @@ def export(study: StudyOpt,
     from sweeper.results.export import export_best
 
     spec = load(study)
-    written = export_best(spec, storage or spec.storage, output, at=at, adaptive=adaptive,
-                          check_flags=lambda flags: _host_has(spec, flags))
+    try:
+        written = export_best(spec, storage or spec.storage, output, at=at, adaptive=adaptive,
+                              check_flags=lambda flags: _host_has(spec, flags))
+    except OSError as exc:  # the output's folder read-only, full, not ours
+        where = exc.filename or output
+        raise InputError(f"--output {output}: cannot write {where} "
+                         f"({exc.strerror or exc}); give another path") from None
     for line in written.lines:
         out.print(line, markup=False, soft_wrap=True)
 

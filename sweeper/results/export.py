@@ -79,6 +79,22 @@ def _chosen(spec: StudySpec, headline: Headline, at: int | None) -> tuple[Config
     return headline.best, headline.lines()
 
 
+def _check_output(output: Path) -> None:
+    """Refused before anything is read or written: ``-`` (export writes files: the YAML
+    and, beside it, the environment and the launch script), a directory, a path under a
+    file."""
+    if str(output) == "-":
+        raise InputError("--output -: export writes files (the launch YAML, and best.env "
+                         "and best.sh beside it when the winner sets environment variables); "
+                         "give a file path such as best.yaml")
+    if output.is_dir():
+        raise InputError(f"--output {output}: a directory; give a file path such as "
+                         f"{output / 'best.yaml'}")
+    above = next((p for p in output.parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise InputError(f"--output {output}: {above} is a file, not a directory")
+
+
 def export_best(spec: StudySpec, storage_url: str, output: Path, *, at: int | None = None,
                 adaptive: bool = False,
                 check_flags: Callable[[list[str]], None] | None = None) -> Exported:
@@ -89,6 +105,7 @@ def export_best(spec: StudySpec, storage_url: str, output: Path, *, at: int | No
     ``check_flags(flags)`` (the host's SGLang has them: remote/preflight.py) has passed."""
     from sweeper.search.space import SearchSpace
 
+    _check_output(output)
     study = load_existing(storage_url, spec.name, str(spec.path), spec.storage)
     trials = study.get_trials(deepcopy=False)
     headline = Headline.of(study, spec.benchmark.aggregate, trials)
