@@ -462,3 +462,28 @@ def test_export_to_a_path_it_cannot_write_is_one_line(finished: Path, tmp_path: 
         assert len(lines) == 1 and lines[0].startswith(f"error: --output {output}: "), lines
         assert says in lines[0], lines
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_report_into_a_file_and_dashboard_on_a_busy_port_are_one_line(
+        finished: Path, tmp_path: Path) -> None:
+    """Both gave a traceback; the dashboard's came after it had printed its URL."""
+    import socket
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    proc = run_cli("report", "--study", str(finished), "-o", str(afile))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == (f"error: --output {afile}: a file; the report is a folder "
+                                   "(report.html, its figures, trials.csv): give a folder's "
+                                   "path"), proc.stderr
+    assert afile.read_text() == "x"
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = run_cli("dashboard", "--study", str(finished), "--port", str(port), timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: --port {port}: cannot listen on 127.0.0.1:{port} ("), lines
+    assert "http://" not in proc.stdout, proc.stdout

@@ -88,7 +88,15 @@ def report(study: StudyOpt, storage: StorageOpt = None,
     from sweeper.results.report import write_report
 
     spec = load(study)
-    written = write_report(spec, storage or spec.storage, output)
+    if output is not None and output.exists() and not output.is_dir():
+        raise InputError(f"--output {output}: a file; the report is a folder (report.html, "
+                         "its figures, trials.csv): give a folder's path")
+    try:
+        written = write_report(spec, storage or spec.storage, output)
+    except OSError as exc:  # the folder read-only, full, not ours
+        where = exc.filename or output
+        raise InputError(f"report: cannot write {where} ({exc.strerror or exc}); give "
+                         "another folder with --output") from None
     for line in written.lines:
         out.print(line, markup=False, soft_wrap=True)
 

@@ -4,10 +4,12 @@ It reads through results/knobview.py: the user's knobs as parameters, the winner
 
 from __future__ import annotations
 
+import socket
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from sweeper.errors import InputError
 from sweeper.results.knobview import KnobView
 from sweeper.results.storage import artifact_store, load_existing, open_storage
 
@@ -20,6 +22,19 @@ def study_url(host: str, port: int, study_id: int) -> str:
     return f"http://{shown}:{port}/dashboard/studies/{study_id}"
 
 
+def _check_port(host: str, port: int) -> None:
+    """The address is free to listen on, as bottle's wsgiref server will (SO_REUSEADDR):
+    else one line before the dashboard's URL is printed, not a traceback after it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise InputError(f"--port {port}: cannot listen on {host}:{port} "
+                             f"({exc.strerror or exc}); pick another with --port") from None
+
+
 def serve(spec: StudySpec, storage_url: str, host: str, port: int, console: Console) -> None:
     from bottle import run
     from optuna_dashboard import wsgi
@@ -28,6 +43,7 @@ def serve(spec: StudySpec, storage_url: str, host: str, port: int, console: Cons
 
     # a clear error before serving
     load_existing(storage_url, spec.name, str(spec.path), spec.storage)
+    _check_port(host, port)
     storage = open_storage(storage_url)
     study_id = storage.get_study_id_from_name(spec.name)
     if host not in ("127.0.0.1", "localhost", "::1"):
