@@ -89,3 +89,10 @@ def test_unreachable_host_named_and_nothing_written(make_study, tmp_path: Path) 
     proc = run_cli("optimize", "--study", str(path), "--trials", "1", timeout=120)
     assert_one_line_error(proc, str(path), "hosts[0].ssh", "127.0.0.1")
     assert not (tmp_path / "t.db").exists()
+
+
+def test_bench_url_that_is_not_a_server_address() -> None:
+    # it was tried three times as a request, then exit 1
+    for url in ("localhost:30000", "ftp://127.0.0.1:30000", "http://:30000"):
+        proc = run_cli("bench", "--url", url)
+        assert_one_line_error(proc, f"--url {url}: give the server's base URL")

@@ -205,8 +205,15 @@ def bench(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Benchmark one running server (the same code the sweep's trials use)."""
+    from urllib.parse import urlsplit
+
+    from sweeper.errors import InputError
     from sweeper.measure import BenchSpec, format_table, load_prompts, run_benchmark
 
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InputError(f"--url {url}: give the server's base URL, such as "
+                         "http://127.0.0.1:30000")
     spec = BenchSpec(api=api, max_tokens=max_tokens, runs=runs, warmup=warmup,
                      concurrency=concurrency, prompts=prompts, input_tokens=input_tokens,
                      temperature=temperature)
