@@ -50,7 +50,7 @@ def measured_under(spec: StudySpec, build: Build, gpu: str | None) -> str:
     return (f"measured under: SGLang {build.version or 'version unknown'}, "
             f"GPU {gpu or 'unknown'}, benchmark {b.api} API, {b.max_tokens} new tokens, "
             f"concurrency {', '.join(map(str, levels))}, prompts {b.prompts}, "
-            f"{b.runs} runs a trial")
+            f"{b.runs} run{'s' if b.runs != 1 else ''} a trial")
 
 
 def _chosen(spec: StudySpec, headline: Headline, at: int | None) -> tuple[ConfigResult,
