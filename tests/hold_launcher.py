@@ -7,7 +7,8 @@ Ctrl-C on the sweeper exactly there and not at a moment a sleep guessed.
 MODE ``help`` holds the preflight's ``--help``; ``start`` holds the first server start (a
 later one, the resume's, runs the simulator); ``gate`` holds the first server start until
 the test creates FOLDER/release-gate, then runs the simulator (the sweeper is then
-certainly mid-sweep while the test acts, however slow the machine); ``slowstop`` runs the
+certainly mid-sweep while the test acts, however slow the machine); ``nobase`` crashes
+the server without speculation while FOLDER/broken exists; ``slowstop`` runs the
 simulator as its child and, told to stop (SIGTERM), stops it but itself holds, as a real
 server freeing a node's GPUs takes a while (SIGKILL ends it at once). Holding, it writes
 its PID to FOLDER/held-MODE; it ends on its own after SECONDS, so it never outlives a test
@@ -57,6 +58,15 @@ def main() -> None:
     if mode == "slowstop":
         if is_server:
             _slow_stop(rest, marker, float(seconds))
+        os.execv(sys.executable, [sys.executable, *rest])
+    if mode == "nobase":
+        # the server without speculation crashes while FOLDER/broken exists: a study whose
+        # plain server cannot start (every configuration is that server and more)
+        if is_server and "--speculative-algorithm" not in rest and \
+                (Path(folder) / "broken").exists():
+            print("RuntimeError: CUDA error: an illegal memory access was encountered",
+                  flush=True)
+            sys.exit(1)
         os.execv(sys.executable, [sys.executable, *rest])
     if (mode == "help" and is_help) or (mode in ("start", "gate") and is_server
                                         and not marker.exists()):

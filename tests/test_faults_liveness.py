@@ -183,3 +183,32 @@ def test_ctrl_c_between_ask_and_run_leaves_no_trial_running(make_study,
     trials = optuna.load_study(study_name="t", storage=db).get_trials()
     assert sum(counts_as_finished(t) for t in trials) == 3
     assert not [t for t in trials if t.state == TrialState.RUNNING]
+
+
+def test_a_baseline_that_cannot_serve_stops_the_sweep_and_is_measured_again(
+        make_study, tmp_path: Path) -> None:  # noqa: ANN001
+    """The server without speculation crashes: every configuration is that server and
+    more, so the sweep stops at once (it went on to max_consecutive_failures restarts,
+    each failing alike). Fixed, the same command measures the baseline again first."""
+    from sweeper.results import attrs as A
+
+    sim = SIM_LAUNCHER.removeprefix("{python} ")
+    study_file = make_study(server={"launcher": f"{{python}} {HOLD} nobase {tmp_path} "
+                                                f"{scaled(120):g} {sim}"})
+    (tmp_path / "broken").touch()
+    proc = run_cli("optimize", "--study", str(study_file), "--trials", "4")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "error: sweep stopped: the server without speculation (the baseline, trial 0) " \
+           "did not serve: crash" in proc.stderr, proc.stderr
+    db = f"sqlite:///{tmp_path / 't.db'}"
+    trials = optuna.load_study(study_name="t", storage=db).get_trials()
+    ran = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert [t.user_attrs[A.ROLE] for t in ran] == [A.BASELINE], "no restart after it"
+    (tmp_path / "broken").unlink()  # the server fixed
+    again = run_cli("optimize", "--study", str(study_file), "--trials", "4")
+    assert again.returncode == 0, again.stdout + again.stderr
+    study = optuna.load_study(study_name="t", storage=db)
+    base = [t for t in study.get_trials(states=(TrialState.COMPLETE,))
+            if t.user_attrs.get(A.ROLE) == A.BASELINE]
+    assert len(base) == 1, "the baseline measured on the resume"
+    assert "Speedup over baseline" in again.stdout, again.stdout

@@ -209,3 +209,4 @@ def test_a_third_ctrl_c_abandons_the_clean_up_and_says_so(make_study, tmp_path: 
     assert alive, "the sweeper waited for the server after all"
     assert "its clean-up abandoned: a server of this study may still be running" in err, err
     assert "stopped;" not in err, err
+

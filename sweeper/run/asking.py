@@ -102,7 +102,8 @@ class Asker:
                 slot = w.session.recorder.new_running({}, {}, {A.ROLE: A.BASELINE})
                 return Trial(w.study, slot.trial_id), True
             if any(kind_of(t) == TrialKind.BASELINE and t.user_attrs.get(A.GROUP)
-                   == w.group and t.state != TrialState.FAIL for t in trials):
+                   == w.group and t.state not in (TrialState.FAIL, TrialState.PRUNED)
+                   for t in trials):
                 self.with_baseline.add(w.group)  # measured or in flight there: settled
         return w.study.ask(), False
 

@@ -77,7 +77,9 @@ def needs_baseline(trials: Sequence[FrozenTrial], group: str) -> bool:
             continue
         if t.state == TrialState.WAITING and A.GROUP not in ua:
             return False
-        if (t.state in (TrialState.COMPLETE, TrialState.PRUNED) or in_flight(t)) \
+        # a baseline that failed on its server ended that sweep (run/failed.py): the next
+        # one measures it again, the server settings presumably fixed
+        if (t.state == TrialState.COMPLETE or in_flight(t)) \
                 and ua.get(A.GROUP, group) == group:
             return False
     return True

@@ -74,7 +74,9 @@ def decide(p: Proposal, measured: Sequence[tuple[int, float]], memory: FailureMe
         # proposed again by accident: tell the sampler what it gave instead of a restart
         return Decision(Action.ANSWER_REPEAT, value=statistics.fmean(v for _, v in measured),
                         of=earlier)
-    predicted = memory.predict(p.config_id, p.effective)
+    # the baseline is measured again after it failed (run/failed.py: that failure ended
+    # the sweep, and the user was told to fix the server first)
+    predicted = memory.predict(p.config_id, p.effective) if p.role != A.BASELINE else None
     if predicted is not None:
         return Decision(Action.SKIP, kind=predicted.kind, reason=predicted.reason)
     if measured:

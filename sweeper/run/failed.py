@@ -2,7 +2,8 @@
 
 * the configuration's fault (out of memory, a crash, a hang, flags the server rejects):
   PRUNED with its failure class, remembered by the failure memory, never retried; a
-  baseline the server rejects ends the sweep (every configuration carries its settings);
+  baseline that does not serve ends the sweep (every configuration carries its settings),
+  and the next sweep measures it again first (run/claims.needs_baseline);
 * the infrastructure's (SSH, the host, a 5xx server): FAIL and queued again, up to
   ``sweep.max_retries`` times, then the sweep stops and the same command resumes.
 """
@@ -53,6 +54,17 @@ def configuration_failed(sweep: HostSession, trial: optuna.Trial, slot: Slot, ro
             f"the server rejects the study's fixed settings (the baseline, trial "
             f"{trial.number}): {sweep.secrets.scrub(str(fail))}; fix server.launcher "
             "or server.args", reason="baseline") from fail
+    if role == A.BASELINE:
+        # the server without speculation did not serve (out of memory, a crash, a hang,
+        # a start-up past its timeout): every configuration is that server and more, so
+        # each would cost a restart to fail alike (max_consecutive_failures of them)
+        raise SweepAborted(
+            f"the server without speculation (the baseline, trial {trial.number}) did not "
+            f"serve: {fail.kind}: {sweep.secrets.scrub(str(fail))}; every configuration "
+            "adds speculation to it, so the sweep stops before spending restarts on them. "
+            "Fix the server settings (server.args, server.launcher, the host; "
+            "server.startup_timeout for a slow load), then run the same command: the "
+            "baseline is measured again first", reason="baseline") from fail
 
 
 def infrastructure_failed(sweep: HostSession, trial: optuna.Trial, slot: Slot, label: str,
