@@ -224,7 +224,11 @@ def test_5xx_for_the_whole_benchmark_fails_as_server_error(tmp_path: Path) -> No
     data["server"]["launcher"] += " --sim-fault http_500"
     path = write_study(tmp_path / "t.yaml", data)
     proc = run_cli("optimize", "--study", str(path), "--trials", "1", "--no-confirm")
-    assert proc.returncode == 0, proc.stderr + proc.stdout
+    # the baseline is the trial here: a server that fails it fails every configuration,
+    # and the sweep says so (run/failed.py) instead of ending as if its budget was spent
+    assert proc.returncode == 1, proc.stderr + proc.stdout
+    assert "the server without speculation (the baseline, trial 1) did not serve: " \
+           "server_error" in proc.stderr, proc.stderr
     trials = load(tmp_path / "t.db").get_trials()
     # retried once (max_retries 1) as a fault outside the configuration, then its own
     assert [(t.state, t.user_attrs.get("failure")) for t in trials] == [
