@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -52,13 +54,9 @@ def export(study: StudyOpt,
     from sweeper.results.export import export_best
 
     spec = load(study)
-    try:
+    with _writing(f"--output {output}", output, "give another path"):
         written = export_best(spec, storage or spec.storage, output, at=at, adaptive=adaptive,
                               check_flags=lambda flags: _host_has(spec, flags))
-    except OSError as exc:  # the output's folder read-only, full, not ours
-        where = exc.filename or output
-        raise InputError(f"--output {output}: cannot write {where} "
-                         f"({exc.strerror or exc}); give another path") from None
     for line in written.lines:
         out.print(line, markup=False, soft_wrap=True)
 
@@ -88,17 +86,21 @@ def report(study: StudyOpt, storage: StorageOpt = None,
     from sweeper.results.report import write_report
 
     spec = load(study)
-    if output is not None and output.exists() and not output.is_dir():
-        raise InputError(f"--output {output}: a file; the report is a folder (report.html, "
-                         "its figures, trials.csv): give a folder's path")
-    try:
+    with _writing("report", output, "give another folder with --output"):
         written = write_report(spec, storage or spec.storage, output)
-    except OSError as exc:  # the folder read-only, full, not ours
-        where = exc.filename or output
-        raise InputError(f"report: cannot write {where} ({exc.strerror or exc}); give "
-                         "another folder with --output") from None
     for line in written.lines:
         out.print(line, markup=False, soft_wrap=True)
+
+
+@contextlib.contextmanager
+def _writing(what: str, output: Path | None, instead: str) -> Iterator[None]:
+    """A write the OS refuses (the folder read-only, full, not ours) as one line naming
+    the path it refused, not a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        raise InputError(f"{what}: cannot write {exc.filename or output} "
+                         f"({exc.strerror or exc}); {instead}") from None
 
 
 def _host_has(spec: StudySpec, flags: list[str]) -> None:

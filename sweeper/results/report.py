@@ -23,6 +23,7 @@ import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
 import sweeper.results.verdict as R
+from sweeper.errors import InputError
 from sweeper.results import attrs as A
 from sweeper.results import figures
 from sweeper.results.headline import SIM_NOTE, Headline
@@ -53,6 +54,9 @@ class Written:
 
 
 def write_report(spec: StudySpec, storage_url: str, output: Path | None) -> Written:
+    if output is not None and output.exists() and not output.is_dir():
+        raise InputError(f"--output {output}: a file; the report is a folder (report.html, "
+                         "its figures, trials.csv): give a folder's path")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = load_existing(storage_url, spec.name, str(spec.path), spec.storage)
     trials = study.get_trials(deepcopy=False)

@@ -224,12 +224,12 @@ def _sure(best: ConfigResult | None, pool: Sequence[ConfigResult], tau2: float
     every other configuration measured that could win, start by start (two levels)."""
     if best is None:
         return None
-    mine = next((r for r in pool if r.config_id == best.config_id), best)
+    mine = next((r for r in pool if r.config_id == best.config_id), best).by_start()
     rest = [r.by_start() for r in pool if r.config_id != best.config_id and r.runs]
-    if not rest or not noise_measured([mine.by_start(), *rest]):
+    if not rest or not noise_measured([mine, *rest]):
         return None
-    return p_within_starts(mine.by_start(), rest, tau2, SURE_TOL,
-                           math.sqrt(within_variance([mine.by_start(), *rest])))
+    return p_within_starts(mine, rest, tau2, SURE_TOL,
+                           math.sqrt(within_variance([mine, *rest])))
 
 
 def study_goal(study: optuna.Study) -> Objective:

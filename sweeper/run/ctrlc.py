@@ -35,14 +35,14 @@ AGAIN = ("still stopping cleanly: the server is being stopped so that it does no
 def note_and_raise(signum: int, frame: FrameType | None) -> None:
     """The SIGINT handler (SIGTERM's and SIGHUP's raise through here too)."""
     global _absorbed, _abandoned
-    if _cleanup and _absorbed:
+    if _cleanup:
+        if not _absorbed:
+            _absorbed = True
+            with contextlib.suppress(Exception):  # a write it interrupted; a closed terminal
+                sys.stderr.write(f"\n{AGAIN}\n")
+                sys.stderr.flush()
+            return
         _abandoned = True
-    if _cleanup and not _absorbed:
-        _absorbed = True
-        with contextlib.suppress(Exception):  # a write it interrupted; a closed terminal
-            sys.stderr.write(f"\n{AGAIN}\n")
-            sys.stderr.flush()
-        return
     _pending.set()
     raise KeyboardInterrupt
 

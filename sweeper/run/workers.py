@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 
 import optuna
-from optuna.trial import FrozenTrial, Trial, TrialState
+from optuna.trial import FrozenTrial, Trial
 
 from sweeper.errors import InfrastructureError, InputError, SweepAborted
 from sweeper.launch import LaunchConfig
@@ -39,19 +39,18 @@ from sweeper.remote.groups import detect_group
 from sweeper.remote.server import ServerHandle
 from sweeper.results import attrs as A
 from sweeper.results.hosts import DONE, IDLE, RETIRED, STARTING, record_host
-from sweeper.results.kind import ran_on_server
 from sweeper.run.asking import Asker, Busy, NoRoom
 from sweeper.run.common import SweepOptions, SweepSummary, storage_guard
 from sweeper.run.ctrlc import cleaning_up, handled, raise_pending, sigterm_as_interrupt
 from sweeper.run.decide import Outcome, should_stop, skip_limit, stop_state
 from sweeper.run.hostview import Prefixed, host_view
 from sweeper.run.killpoint import killpoint
+from sweeper.run.memories import group_memories
 from sweeper.run.progress import NullReporter, Reporter
 from sweeper.run.reconcile import Budget, finished_count, reconcile
 from sweeper.run.session import HostSession
 from sweeper.run.step import Observer, run_trial
 from sweeper.run.worker import Worker
-from sweeper.search.failures import FailureMemory
 from sweeper.search.nodetime import measured_costs, spent_seconds
 from sweeper.study import StudySpec
 
@@ -100,7 +99,6 @@ class HostPool:
         self._error: BaseException | None = None
         self._consecutive = 0
         self._skipped = 0
-        self._memories: dict[str, FailureMemory] = {}
         self._asker = Asker(spec, options, self._lock, self._stop)
         self.interrupted: list[int] = []  # the trials a Ctrl-C found running
 
@@ -201,9 +199,10 @@ class HostPool:
         self.summary.reconciled = reconcile(
             study, self.primary.session.recorder, [w.session.host for w in self.live],
             self._stop_handle, self.report.line)
+        memories = group_memories({w.group for w in self.live},
+                                  study.get_trials(deepcopy=False))
         for w in self.live:
-            w.session.memory = self._memories.setdefault(w.group, FailureMemory())
-        self._load_memory(study)
+            w.session.memory = memories[w.group]
         budget = Budget.of(study, self.options.trials)
         self.target = budget.target
         self.summary.resumed_from = budget.done - budget.start
@@ -227,24 +226,24 @@ class HostPool:
         threads = [threading.Thread(target=self._work, args=(w, deadline), daemon=True,
                                     name=f"sweeper-{w.label}") for w in self.live]
         interrupted = False
-        try:
-            with sigterm_as_interrupt():
+        with sigterm_as_interrupt():
+            try:
                 for t in threads:
                     t.start()
                 while any(t.is_alive() for t in threads):
                     raise_pending()  # a Ctrl-C a finalizer dropped (run/ctrlc.py)
                     for t in threads:
                         t.join(0.2)
-        except KeyboardInterrupt:
-            interrupted = True
-            handled()
-            with sigterm_as_interrupt(), cleaning_up():  # not cut short by another Ctrl-C
-                self._interrupted()
-                self._finish()
-            raise
-        finally:
-            if not interrupted:
-                self._finish()
+            except KeyboardInterrupt:
+                interrupted = True
+                handled()
+                with cleaning_up():  # not cut short by another Ctrl-C or SIGTERM
+                    self._interrupted()
+                    self._finish()
+                raise
+            finally:
+                if not interrupted:
+                    self._finish()
 
     def _interrupted(self) -> None:
         with self._lock:  # never between a claim's stop check and its busy mark (claim)
@@ -264,19 +263,6 @@ class HostPool:
                 number = w.interrupt()
                 if number is not None:
                     self.interrupted.append(number)
-
-    def _load_memory(self, study: optuna.Study) -> None:
-        """Every group's failure memory, from the trials that ran on a server."""
-        for t in study.get_trials(deepcopy=False):
-            if A.CONFIG_ID in t.user_attrs and ran_on_server(t):
-                self._remember(t)
-
-    def _remember(self, t: FrozenTrial) -> None:
-        ua = t.user_attrs
-        for group, memory in self._memories.items():
-            if ua.get(A.GROUP, group) == group:
-                memory.add(t.number, ua[A.CONFIG_ID], ua.get(A.EFFECTIVE, {}),
-                           ua.get(A.FAILURE) if t.state == TrialState.PRUNED else None)
 
     def _work(self, w: Worker, deadline: float | None) -> None:
         infra = 0  # infrastructure failures in a row on this host
