@@ -188,6 +188,34 @@ def test_launcher_without_placeholder_ok(tmp_path: Path) -> None:
     assert load_study(str(write(tmp_path, data))).server.launcher.startswith("/opt")
 
 
+@pytest.mark.parametrize("launcher", [
+    """{python} -c "import runpy; runpy.run_module('sglang.launch_server')" """,
+    "{python} -c 'a = 1; b = a | 2 > 1 && 3'",
+    "env LD_PRELOAD=x\\;y {python} -m sglang.launch_server",
+])
+def test_launcher_operators_inside_quotes_are_data(tmp_path: Path, launcher: str) -> None:
+    """The launcher's words are quoted one by one on the way out (launch.py): a `;` or
+    `|` inside one quoted word is a character of that argument, not a shell's."""
+    data = edit(lambda d: d["server"].update(launcher=launcher))
+    assert load_study(str(write(tmp_path, data))).server.launcher == launcher
+
+
+@pytest.mark.parametrize("launcher,word", [
+    ("{python} -m sglang.launch_server; touch X", "sglang.launch_server;"),
+    ("{python} -c 'x' && touch X", "&&"),
+    ('{python} -c "$(touch X)"', "$(touch X)"),
+    ('{python} -c "`id`"', "`id`"),
+    ("{python} -m sim 2>'log'", "2>log"),
+])
+def test_launcher_operators_outside_quotes_are_refused(tmp_path: Path, launcher: str,
+                                                       word: str) -> None:
+    """Outside quotes, or substituted inside double quotes, a shell would act on them."""
+    path = write(tmp_path, edit(lambda d: d["server"].update(launcher=launcher)))
+    msg = error_of(path)
+    assert msg.startswith(f"{path}: server.launcher: "), msg
+    assert "shell syntax" in msg and word in msg, msg
+
+
 def test_other_storage_urls_accepted(tmp_path: Path) -> None:
     for url in ["postgresql://u@h/db", "postgresql+psycopg2://u:p@h:5432/db",
                 "mysql://u@h/db", "journal:///tmp/x.log", "sqlite:////abs/x.db"]:

@@ -26,14 +26,56 @@ _STORAGE_SCHEMES = ("sqlite:///", "postgresql://", "postgresql+", "mysql://", "m
                     "journal://")
 
 
+def _as_shell_reads(text: str) -> list[str]:
+    """``text``'s words as a shell would read their syntax: a character inside quotes is
+    data (masked as ``_``), except that a shell still expands `...` and $( in double
+    quotes. shlex.split drops the quotes, which are what tell an operator (``a; b``) from
+    a character of an argument (``-c "a; b"``), hence this scan of our own."""
+    words: list[str] = []
+    word: list[str] | None = None
+    quote = ""
+    chars = iter(text)
+    for c in chars:
+        if word is None:
+            if c.isspace() and not quote:
+                continue
+            word = []
+        if quote == "'":
+            quote, c = ("", "") if c == "'" else (quote, "_")
+        elif quote == '"':
+            if c == "\\":
+                next(chars, "")
+                c = "_"
+            elif c == '"':
+                quote, c = "", ""
+            elif c not in "`$(":
+                c = "_"
+        elif c in "'\"":
+            quote, c = c, ""
+        elif c == "\\":
+            next(chars, "")
+            c = "_"
+        elif c.isspace():
+            words.append("".join(word))
+            word = None
+            continue
+        word.append(c)
+    if word is not None:
+        words.append("".join(word))
+    return words
+
+
 def check_program(path: Path, key: str, text: str) -> None:
-    """A launcher or python: argv words, never shell syntax."""
+    """A launcher or python: argv words, never shell syntax (outside quotes)."""
     try:
         words = shlex.split(text)
     except ValueError as exc:
         fail(path, key, f"cannot split it into words ({exc})", "fix the quotes")
-    for word in words:
-        if _SHELL_WORD.search(word):
+    read = _as_shell_reads(text)
+    if len(read) != len(words):  # not split alike: judge the words themselves
+        read = words
+    for word, syntax in zip(words, read, strict=True):
+        if _SHELL_WORD.search(syntax):
             fail(path, key, f"{show(word)} is shell syntax, but the server is started as a "
                  "program with arguments, never by a shell",
                  "remove it (put shell commands in a script and launch that)")
