@@ -139,6 +139,29 @@ def test_sigterm_in_the_confirm_phase_stops_its_server(make_study, tmp_path: Pat
     assert not study.get_trials(states=(TrialState.RUNNING,))
 
 
+def test_sigterm_in_sweeper_confirm_stops_its_server(make_study, tmp_path: Path
+                                                    ) -> None:  # noqa: ANN001
+    """The same for the `confirm` command on its own, run after a sweep without one."""
+    study_file = make_study(benchmark={"max_tokens": 400, "runs": 3, "warmup": 1},
+                            sweep={"confirm_runs": 3})
+    db = tmp_path / "t.db"
+    swept = subprocess.run([sys.executable, "-m", "sweeper", "optimize", "--study",
+                            str(study_file), "--trials", "2", "--no-confirm"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=scaled(180))
+    assert swept.returncode == 0, swept.stderr
+    proc = subprocess.Popen([sys.executable, "-m", "sweeper", "confirm", "--study",
+                             str(study_file), "--top", "1"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=_as_at_a_terminal)
+    victim, out, err = signal_mid_trial(
+        proc, db, signal.SIGTERM, 120, "a confirm visit mid-way",
+        ready=lambda t: t.user_attrs.get("confirm") is True)
+    assert proc.returncode == 130, f"trial {victim.number}\n{out}\n{err}"
+    study = load(db)
+    assert not group_alive(victim.user_attrs["server"]["pgid"]), "the server was stopped"
+    assert not study.get_trials(states=(TrialState.RUNNING,))
+
+
 def _slow_stopping_sweep(make_study, tmp_path: Path, grace: str,  # noqa: ANN001
                          presses: int) -> tuple[Any, subprocess.Popen[str], str, str, bool]:
     """A one-trial sweep whose server is slow to stop (tests/hold_launcher.py
