@@ -8,7 +8,8 @@ MODE ``help`` holds the preflight's ``--help``; ``start`` holds the first server
 later one, the resume's, runs the simulator); ``gate`` holds the first server start until
 the test creates FOLDER/release-gate, then runs the simulator (the sweeper is then
 certainly mid-sweep while the test acts, however slow the machine); ``nobase`` crashes
-the server without speculation while FOLDER/broken exists; ``slowstop`` runs the
+the server without speculation while FOLDER/broken exists (FOLDER/broken-PORT: on the
+server of that port alone, one host of several); ``slowstop`` runs the
 simulator as its child and, told to stop (SIGTERM), stops it but itself holds, as a real
 server freeing a node's GPUs takes a while (SIGKILL ends it at once). Holding, it writes
 its PID to FOLDER/held-MODE; it ends on its own after SECONDS, so it never outlives a test
@@ -62,8 +63,10 @@ def main() -> None:
     if mode == "nobase":
         # the server without speculation crashes while FOLDER/broken exists: a study whose
         # plain server cannot start (every configuration is that server and more)
-        if is_server and "--speculative-algorithm" not in rest and \
-                (Path(folder) / "broken").exists():
+        port = rest[rest.index("--port") + 1] if "--port" in rest[:-1] else ""
+        if is_server and "--speculative-algorithm" not in rest and (
+                (Path(folder) / "broken").exists()
+                or (Path(folder) / f"broken-{port}").exists()):
             print("RuntimeError: CUDA error: an illegal memory access was encountered",
                   flush=True)
             sys.exit(1)

@@ -207,8 +207,46 @@ def test_a_baseline_that_cannot_serve_stops_the_sweep_and_is_measured_again(
     (tmp_path / "broken").unlink()  # the server fixed
     again = run_cli("optimize", "--study", str(study_file), "--trials", "4")
     assert again.returncode == 0, again.stdout + again.stderr
+    assert "UserWarning" not in again.stderr, again.stderr  # its constraint set once
     study = optuna.load_study(study_name="t", storage=db)
     base = [t for t in study.get_trials(states=(TrialState.COMPLETE,))
             if t.user_attrs.get(A.ROLE) == A.BASELINE]
     assert len(base) == 1, "the baseline measured on the resume"
     assert "Speedup over baseline" in again.stdout, again.stdout
+
+
+def test_a_baseline_that_cannot_serve_on_one_group_retires_that_group_only(
+        make_study, tmp_path: Path) -> None:  # noqa: ANN001
+    """Two hosts of different hardware; the server without speculation crashes on one.
+    That group's hosts are retired, the other group's sweep goes on to the budget; fixed,
+    the same command measures the retired group's baseline first."""
+    sim = SIM_LAUNCHER.removeprefix("{python} ")
+    ports = {"good": free_port(), "bad": free_port()}
+    study_file = make_study(
+        server={"launcher": f"{{python}} {HOLD} nobase {tmp_path} {scaled(120):g} {sim}"},
+        hosts=[{"ssh": "local", "port": p, "group": g, "workdir": str(tmp_path / g)}
+               for g, p in ports.items()],
+        sweep={"confirm_top": 0})
+    (tmp_path / f"broken-{ports['bad']}").touch()
+    proc = run_cli("optimize", "--study", str(study_file), "--trials", "4")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    assert f"host local:{ports['bad']} retired: group bad is left out of this sweep" in out \
+        and "RuntimeError: CUDA error" in out, out
+    assert "UserWarning" not in out, out  # a group's baseline made afresh sets its constraint once
+    db = f"sqlite:///{tmp_path / 't.db'}"
+    trials = optuna.load_study(study_name="t", storage=db).get_trials()
+    ran = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    bad = [t for t in ran if t.user_attrs[A.GROUP] == "bad"]
+    assert [t.user_attrs[A.ROLE] for t in bad] == [A.BASELINE], "no restart there after it"
+    good = [t for t in ran if t.user_attrs[A.GROUP] == "good"]
+    assert len(good) == 3 and all(t.state == TrialState.COMPLETE for t in good), \
+        [(t.number, t.state) for t in good]
+    (tmp_path / f"broken-{ports['bad']}").unlink()  # that host fixed
+    again = run_cli("optimize", "--study", str(study_file), "--trials", "6")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "UserWarning" not in again.stderr, again.stderr
+    trials = optuna.load_study(study_name="t", storage=db).get_trials()
+    first_bad = min((t for t in trials if t.user_attrs.get(A.GROUP) == "bad"
+                     and t.state == TrialState.COMPLETE), key=lambda t: t.number)
+    assert first_bad.user_attrs[A.ROLE] == A.BASELINE, "its baseline measured first"

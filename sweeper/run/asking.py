@@ -99,7 +99,8 @@ class Asker:
         if self.spec.baseline and w.group not in self.with_baseline:
             trials = w.study.get_trials(deepcopy=False)
             if needs_baseline(trials, w.group):
-                slot = w.session.recorder.new_running({}, {}, {A.ROLE: A.BASELINE})
+                slot = w.session.recorder.new_running({}, {}, {A.ROLE: A.BASELINE},
+                                                      ends_here=True)
                 return Trial(w.study, slot.trial_id), True
             if any(kind_of(t) == TrialKind.BASELINE and t.user_attrs.get(A.GROUP)
                    == w.group and t.state not in (TrialState.FAIL, TrialState.PRUNED)

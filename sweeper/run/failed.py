@@ -2,8 +2,9 @@
 
 * the configuration's fault (out of memory, a crash, a hang, flags the server rejects):
   PRUNED with its failure class, remembered by the failure memory, never retried; a
-  baseline that does not serve ends the sweep (every configuration carries its settings),
-  and the next sweep measures it again first (run/claims.needs_baseline);
+  baseline that does not serve ends the sweep (every configuration carries its settings;
+  with hosts of other hardware live, only its group's part: run/workers.py), and the next
+  sweep measures it again first (run/claims.needs_baseline);
 * the infrastructure's (SSH, the host, a 5xx server): FAIL and queued again, up to
   ``sweep.max_retries`` times, then the sweep stops and the same command resumes.
 """

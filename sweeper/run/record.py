@@ -80,15 +80,19 @@ class Recorder:
         return self.storage.get_trial_id_from_study_id_trial_number(self._study_id, number)
 
     def new_running(self, params: dict[str, Any], distributions: dict[str, BaseDistribution],
-                    user_attrs: dict[str, Any]) -> Slot:
+                    user_attrs: dict[str, Any], *, ends_here: bool = False) -> Slot:
         """A trial of fixed parameters, RUNNING from now (its duration is real), that the
-        sampler never proposed (a confirm-phase measurement)."""
+        sampler never proposed (a confirm-phase measurement). ``ends_here``: it is run as
+        a Trial, whose end (``_end``) sets its constraint: Optuna keeps a constraint's
+        first value and warns at a second, so the template sets none (a group's
+        baseline, which may fail)."""
         template = FrozenTrial(
             number=-1, state=TrialState.RUNNING, value=None, datetime_start=datetime.now(),
             datetime_complete=None, params=params, distributions=distributions,
             user_attrs={A.OWNER: heartbeat.me(), A.HEARTBEAT: time.time(), **user_attrs},
             system_attrs={}, intermediate_values={}, trial_id=-1)
-        template.set_constraint("failed", 0.0)
+        if not ends_here:
+            template.set_constraint("failed", 0.0)
         trial_id = self.storage.create_new_trial(self._study_id, template_trial=template)
         return Slot(self.storage.get_trial(trial_id).number, trial_id)
 

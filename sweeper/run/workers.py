@@ -32,7 +32,7 @@ from collections.abc import Callable
 import optuna
 from optuna.trial import FrozenTrial, Trial
 
-from sweeper.errors import InfrastructureError, InputError, SweepAborted
+from sweeper.errors import ConfigurationFailure, InfrastructureError, InputError, SweepAborted
 from sweeper.launch import LaunchConfig
 from sweeper.remote import Host
 from sweeper.remote.groups import detect_group
@@ -176,6 +176,27 @@ class HostPool:
         if w.session.opened:
             w.record(RETIRED, why=why)
 
+    def _retire_group(self, w: Worker, exc: SweepAborted) -> bool:
+        """The baseline did not serve on ``w``'s hardware: every host of that group is
+        retired (each configuration there is that server and more), while hosts of other
+        hardware go on. False when no other group is left: the sweep stops (``exc``)."""
+        with self._lock:
+            if not any(o.group != w.group for o in self.live):
+                return False
+            cause = exc.__cause__
+            what = f"{cause.kind}: {w.session.secrets.scrub(str(cause))}" \
+                if isinstance(cause, ConfigurationFailure) else str(exc)
+            why = (f"group {w.group} is left out of this sweep, the other groups go on: its "
+                   "server without speculation (the baseline) did not serve; fix the "
+                   "server settings there, then run the same command (its baseline is "
+                   f"measured again first). {what}")
+            for o in self.live:
+                if o.group == w.group:
+                    self._retire(o, why if o is w else
+                                 f"the baseline of its group ({w.group}) did not serve on "
+                                 f"host {w.label}")
+        return True
+
     # --- claiming a trial --------------------------------------------------------------
     def claim(self, w: Worker) -> Trial:
         """A trial for ``w`` to run (run/asking.py), within the budget's target."""
@@ -266,7 +287,7 @@ class HostPool:
 
     def _work(self, w: Worker, deadline: float | None) -> None:
         infra = 0  # infrastructure failures in a row on this host
-        while not self._stop.is_set():
+        while not self._stop.is_set() and not w.retired:
             if deadline is not None and self.clock() > deadline:
                 self.summary.stopped_because = "timeout"
                 break
@@ -287,6 +308,8 @@ class HostPool:
                 self._stop.wait(BACKOFF_SECONDS)
                 continue
             except SweepAborted as exc:
+                if exc.reason == "baseline" and self._retire_group(w, exc):
+                    break
                 if not isinstance(exc.__cause__, InfrastructureError):
                     self._abort(exc)
                     break
