@@ -180,21 +180,22 @@ class HostPool:
         """The baseline did not serve on ``w``'s hardware: every host of that group is
         retired (each configuration there is that server and more), while hosts of other
         hardware go on. False when no other group is left: the sweep stops (``exc``)."""
-        with self._lock:
+        cause = exc.__cause__
+        what = f"{cause.kind}: {w.session.secrets.scrub(str(cause))}" \
+            if isinstance(cause, ConfigurationFailure) else str(exc)
+        why = (f"group {w.group} is left out of this sweep, the other groups go on: its "
+               "server without speculation (the baseline) did not serve; fix the server "
+               "settings there, then run the same command (its baseline is measured again "
+               f"first). {what}")
+        with self._lock:  # marked at once: two groups failing together leave none live
             if not any(o.group != w.group for o in self.live):
                 return False
-            cause = exc.__cause__
-            what = f"{cause.kind}: {w.session.secrets.scrub(str(cause))}" \
-                if isinstance(cause, ConfigurationFailure) else str(exc)
-            why = (f"group {w.group} is left out of this sweep, the other groups go on: its "
-                   "server without speculation (the baseline) did not serve; fix the "
-                   "server settings there, then run the same command (its baseline is "
-                   f"measured again first). {what}")
-            for o in self.live:
-                if o.group == w.group:
-                    self._retire(o, why if o is w else
-                                 f"the baseline of its group ({w.group}) did not serve on "
-                                 f"host {w.label}")
+            group = [o for o in self.live if o.group == w.group]
+            for o in group:
+                o.retired = why
+        for o in group:  # said and recorded outside the lock (the storage may be slow)
+            self._retire(o, why if o is w else f"the baseline of its group ({w.group}) "
+                                               f"did not serve on host {w.label}")
         return True
 
     # --- claiming a trial --------------------------------------------------------------
