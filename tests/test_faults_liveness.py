@@ -221,12 +221,12 @@ def test_a_baseline_that_cannot_serve_on_one_group_retires_that_group_only(
     That group's hosts are retired, the other group's sweep goes on to the budget; fixed,
     the same command measures the retired group's baseline first."""
     sim = SIM_LAUNCHER.removeprefix("{python} ")
-    ports = {"good": free_port(), "bad": free_port()}
+    ports = {"bad": free_port(), "good": free_port()}  # the first host: the confirm's
     study_file = make_study(
         server={"launcher": f"{{python}} {HOLD} nobase {tmp_path} {scaled(120):g} {sim}"},
         hosts=[{"ssh": "local", "port": p, "group": g, "workdir": str(tmp_path / g)}
                for g, p in ports.items()],
-        sweep={"confirm_top": 0})
+        sweep={"confirm_top": 1, "confirm_runs": 2})
     (tmp_path / f"broken-{ports['bad']}").touch()
     proc = run_cli("optimize", "--study", str(study_file), "--trials", "4")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -234,9 +234,13 @@ def test_a_baseline_that_cannot_serve_on_one_group_retires_that_group_only(
     assert f"host local:{ports['bad']} retired: group bad is left out of this sweep" in out \
         and "RuntimeError: CUDA error" in out, out
     assert "UserWarning" not in out, out  # a group's baseline made afresh sets its constraint once
+    # the confirm phase runs on a host still in the sweep, not on the first one listed
+    assert f"[local:{ports['good']}] confirm 1/2: baseline" in out, out
+    assert f"[local:{ports['bad']}] confirm" not in out, out
     db = f"sqlite:///{tmp_path / 't.db'}"
     trials = optuna.load_study(study_name="t", storage=db).get_trials()
-    ran = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    ran = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+           and not t.user_attrs.get(A.CONFIRM)]
     bad = [t for t in ran if t.user_attrs[A.GROUP] == "bad"]
     assert [t.user_attrs[A.ROLE] for t in bad] == [A.BASELINE], "no restart there after it"
     good = [t for t in ran if t.user_attrs[A.GROUP] == "good"]

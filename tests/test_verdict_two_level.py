@@ -142,6 +142,19 @@ def test_the_summary_reports_the_spread_between_starts() -> None:
     assert any("start by start" in ln for ln in lines)
 
 
+def test_a_between_start_spread_at_its_floor_is_not_stated_as_zero() -> None:
+    """Starts whose means agree more closely than their runs allow estimate 0 (the
+    method of moments' floor): the summary says what that means, not "0.0%"."""
+    from sweeper.measure.stats import StartVariance
+
+    flat = R.Verdict(None, None, False, start=StartVariance(0.0, 2, 4.0))
+    assert flat.start_text() == ("server starts differ by less than their runs' noise can "
+                                 "show (from 2 configurations measured on two starts or more)")
+    some = R.Verdict(None, None, False, start=StartVariance(0.012**2, 1, 3.0))
+    assert some.start_text() == ("server starts differ by 1.2% (sd of a start's speed, from "
+                                 "1 configuration measured on two starts or more)")
+
+
 def test_a_baseline_alone_is_not_said_to_have_beaten_anything() -> None:
     from sweeper.results.headline import Headline
 

@@ -194,7 +194,6 @@ def _optimize(run: _Run, study: str, trials: int, timeout: float | None, storage
     pool.open(fresh=fresh,
               allow_delete=_allow_delete(yes, spec.name, public_url(pool.storage_url)))
     ctrlc.raise_pending()  # one pressed while the study opened
-    sweep = pool.primary.session  # the confirm phase runs on the first host
     export = export_command(study, storage, spec)  # exactly this sweep, read back
     pool.study.set_user_attr(A.EXPORT, export)  # the dashboard note's hint
     if pool.summary.simulated:
@@ -215,6 +214,8 @@ def _optimize(run: _Run, study: str, trials: int, timeout: float | None, storage
                       export)
         err.print(f"error: sweep stopped: {one_line(str(exc))}", markup=False, soft_wrap=True)
         raise typer.Exit(1) from None
+    # the confirm phase runs on the first host still in the sweep (not one retired)
+    sweep = (pool.live or [pool.primary])[0].session
     start = after_sweep(sweep.study, spec, sampler, confirm, no_confirm,
                         summary.stopped_because == "interrupted")
     for note in start.notes:

@@ -206,9 +206,13 @@ class Verdict:
         """The between-start spread in words, for the summary (None: not measured yet)."""
         if self.start is None or not self.start.configs:
             return None
-        return (f"server starts differ by {self.start.sd:.1%} (sd of a start's speed, "
-                f"from {self.start.configs} configuration{'' if self.start.configs == 1 else 's'}"
-                " measured on two starts or more)")
+        n = self.start.configs
+        source = f"{n} configuration{'' if n == 1 else 's'} measured on two starts or more"
+        if self.start.sd < 0.0005:  # the estimate at its floor: the starts' means agreed
+            # more closely than their runs' noise allows; "0.0%" would read as measured
+            return (f"server starts differ by less than their runs' noise can show (from "
+                    f"{source})")
+        return f"server starts differ by {self.start.sd:.1%} (sd of a start's speed, from {source})"
 
     @property
     def levels(self) -> tuple[int, ...]:
