@@ -4,6 +4,7 @@ whose search space is too small for all of them at once."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -176,3 +177,34 @@ def test_each_group_measures_its_own_baseline_and_has_its_own_winner(tmp_path: P
     status = run_cli("status", "--study", str(path))
     assert status.returncode == 0, status.stderr
     assert "group h200: Best" in status.stdout and "group a100: Best" in status.stdout
+
+
+def test_the_confirm_phase_stays_within_its_hosts_group(tmp_path: Path) -> None:
+    """Two groups: the confirm phase (on the first host) confirms a leader of that host's
+    group and its visits count in that group only: the other group's winner never pools
+    runs measured on other hardware."""
+    import yaml
+
+    from .conftest import run_cli
+
+    data = demo_study_data(tmp_path, start_from=[],
+                           sweep={"seed": 4, "n_startup_trials": 2, "confirm_top": 1,
+                                  "confirm_runs": 2})
+    data["hosts"] = [{"ssh": "local", "port": free_port(), "group": g,
+                      "workdir": str(tmp_path / g)} for g in ("h200", "a100")]
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(data))
+    done = run_cli("optimize", "--study", str(path), "--trials", "6")
+    assert done.returncode == 0, done.stdout + done.stderr
+    trials = optuna.load_study(study_name="t", storage=data["storage"]).trials
+    visits = [t for t in trials if t.user_attrs.get(A.CONFIRM)]
+    assert visits, done.stdout
+    assert {t.user_attrs.get(A.GROUP) for t in visits} == {"h200"}
+    swept = {t.user_attrs[A.CONFIG_ID] for t in trials if t.state == TrialState.COMPLETE
+             and t.user_attrs.get(A.GROUP) == "h200" and not t.user_attrs.get(A.CONFIRM)}
+    assert {t.user_attrs[A.CONFIG_ID] for t in visits} <= swept, "a leader of its own group"
+    numbers = {t.number for t in visits}
+    a100 = next(ln for ln in done.stdout.splitlines() if ln.startswith("group a100: Best"))
+    pooled = re.search(r"; trials? ([\d, ]+?)(?: pooled)?\)", a100)
+    assert pooled is not None, a100
+    assert not {int(n) for n in pooled.group(1).split(",")} & numbers, (a100, numbers)

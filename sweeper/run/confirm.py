@@ -47,6 +47,7 @@ from sweeper.measure.stats import (
 )
 from sweeper.results import attrs as A
 from sweeper.results.headline import mark_best
+from sweeper.results.hosts import in_group
 from sweeper.results.kind import TrialKind, kind_of
 from sweeper.run.confirm_runs import VisitRuns, visit_runs
 from sweeper.run.session import HostSession
@@ -211,7 +212,11 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2,
     if sweep.spec.objective.multi:
         raise InputError(f"{sweep.spec.path}: objective: pareto has a front, not one winner "
                          "to confirm; confirm needs {at: LEVEL} or {mix: ...}")
-    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    def measured() -> list[FrozenTrial]:  # this host's group's (results compare within one)
+        every = study.get_trials(deepcopy=False)
+        return in_group(every, sweep.group) if sweep.group else every
+
+    trials = {t.number: t for t in measured()}
     results = R.config_results(list(trials.values()))
     base_res = R.baseline_result(results)
     ranked = _ranked_by_sweep(list(trials.values()), sweep.bench_spec.aggregate)
@@ -242,8 +247,7 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2,
                 m, number = _visit_retrying(
                     sweep, cand, f"confirm-{cand.result.config_id}-{rnd}", bench,
                     f"confirm round {rnd + 1}/{rounds}: {label}: ",
-                    R.next_prompt_round(study.get_trials(deepcopy=False),
-                                        cand.result.config_id))
+                    R.next_prompt_round(measured(), cand.result.config_id))
             except ConfigurationFailure as exc:
                 # A configuration that served in the sweep and fails a fresh start now
                 # (a hang, an OOM at a start's own memory layout, a crash) is one a
@@ -286,7 +290,7 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2,
     lossless = [c for c in contenders if not mismatches.get(c.result.config_id)]
     # every start counts, the sweep's and this phase's (two levels: measure/stats), all of
     # them compared prompt by prompt
-    paired = _paired_starts(results, cands, study.get_trials(deepcopy=False))
+    paired = _paired_starts(results, cands, measured())
     tau2 = start_variance([sweep_s for sweep_s, _ in paired.values()]
                           + [fresh for _, fresh in paired.values() if fresh]).tau2
     agg = sweep.bench_spec.aggregate
@@ -391,7 +395,8 @@ def _visit(sweep: HostSession, cand: Candidate, tag: str, bench: Any,
     before the server starts, so a sweeper killed here leaves a server someone can find."""
     rec = sweep.recorder
     role = A.BASELINE if cand.result.is_baseline else A.CONFIRM_ROLE
-    slot = rec.new_running(cand.params, cand.distributions, {A.CONFIRM: True})
+    slot = rec.new_running(cand.params, cand.distributions,
+                           {A.CONFIRM: True, **({A.GROUP: sweep.group} if sweep.group else {})})
     rec.begin(slot, role=role, config=cand.config, effective=cand.result.effective,
               command=cand.config.command_line(sweep.python))
     try:

@@ -123,6 +123,9 @@ class HostSession:
         self.secrets = LaunchConfig(spec.server.launcher, dict(spec.server.args),
                                     {k: str(v) for k, v in spec.server.env.items()})
         self.memory = FailureMemory()
+        # its host's group (the GPU type), once the pool has read it: the confirm phase
+        # compares and tags its visits within it (results are compared within a group)
+        self.group: str | None = None
         self.opened = False
         self.lock: StudyLock | None = None
         self.beat: Heartbeat | None = None  # this sweeper's liveness, in the storage

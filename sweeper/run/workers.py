@@ -225,6 +225,7 @@ class HostPool:
                                   study.get_trials(deepcopy=False))
         for w in self.live:
             w.session.memory = memories[w.group]
+            w.session.group = w.group
         budget = Budget.of(study, self.options.trials)
         self.target = budget.target
         self.summary.resumed_from = budget.done - budget.start
