@@ -169,9 +169,16 @@ def test_ctrl_c_between_ask_and_run_leaves_no_trial_running(make_study,
     """A Ctrl-C while a worker holds a trial it asked for but has not started (its storage
     slow: the test-only point holds it 3 s) waits for the worker: the trial is handed back
     (FAIL, saying why), not left RUNNING for the next start to close, and nothing is lost."""
+    from .test_resilience import _ctrl_c_as_at_a_terminal
+
     path = make_study()
-    env = {**os.environ, "SWEEPER_KILLPOINT": "claimed:1:int"}
-    stopped = run_cli("optimize", "--study", str(path), "--trials", "3", env=env)
+    env = {**os.environ, "SWEEPER_KILLPOINT": "claimed:1:int", "COLUMNS": "200"}
+    # its Ctrl-C is the sweeper's own SIGINT: a suite started without job control hands
+    # it SIGINT ignored, which the sweeper keeps (as under nohup)
+    stopped = subprocess.run([sys.executable, "-m", "sweeper", "optimize", "--study",
+                              str(path), "--trials", "3"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=scaled(300), env=env,
+                             preexec_fn=_ctrl_c_as_at_a_terminal)
     assert stopped.returncode == 130, stopped.stderr + stopped.stdout
     db = f"sqlite:///{tmp_path / 't.db'}"
     trials = optuna.load_study(study_name="t", storage=db).get_trials()
