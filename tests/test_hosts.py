@@ -208,3 +208,14 @@ def test_the_confirm_phase_stays_within_its_hosts_group(tmp_path: Path) -> None:
     pooled = re.search(r"; trials? ([\d, ]+?)(?: pooled)?\)", a100)
     assert pooled is not None, a100
     assert not {int(n) for n in pooled.group(1).split(",")} & numbers, (a100, numbers)
+    # no one winner across the two: the summary says so, and export asks which group
+    assert re.search(r"Measured on 2 groups of hardware \((h200, a100|a100, h200)\)",
+                     done.stdout), done.stdout
+    assert "\nBest:" not in done.stdout, done.stdout
+    out = tmp_path / "best.yaml"
+    which = run_cli("export", "--study", str(path), "-o", str(out))
+    assert which.returncode == 2 and "pass --group" in which.stderr, which.stderr
+    assert not out.exists()
+    one = run_cli("export", "--study", str(path), "-o", str(out), "--group", "a100")
+    assert one.returncode == 0, one.stderr
+    assert "GPU a100" in out.read_text() and a100.removeprefix("group a100: ") in one.stdout

@@ -49,14 +49,18 @@ def export(study: StudyOpt,
            adaptive: Annotated[bool, typer.Option(
                "--adaptive", help="The per-level winners as SGLang's adaptive mode (steps by "
                                   "batch size; JSON beside the YAML), when they differ only "
-                                  "in steps.")] = False) -> None:
+                                  "in steps.")] = False,
+           group: Annotated[str | None, typer.Option(
+               "--group", help="The winner of this group of hosts (a study measured on "
+                               "several kinds of hardware has one per group).")] = None
+           ) -> None:
     """Write the best configuration as a YAML for `sglang.launch_server --config`."""
     from sweeper.results.export import export_best
 
     spec = load(study)
     with _writing(f"--output {output}", output, "give another path"):
         written = export_best(spec, storage or spec.storage, output, at=at, adaptive=adaptive,
-                              check_flags=lambda flags: _host_has(spec, flags))
+                              group=group, check_flags=lambda flags: _host_has(spec, flags))
     for line in written.lines:
         out.print(line, markup=False, soft_wrap=True)
 

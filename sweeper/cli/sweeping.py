@@ -174,7 +174,7 @@ def _optimize(run: _Run, study: str, trials: int, timeout: float | None, storage
 
     from sweeper.errors import SweepAborted
     from sweeper.results.headline import Headline
-    from sweeper.results.hosts import print_hosts
+    from sweeper.results.hosts import print_hosts, trial_groups
     from sweeper.results.status import print_summary
     from sweeper.run import ctrlc
     from sweeper.run.common import SweepOptions
@@ -228,7 +228,8 @@ def _optimize(run: _Run, study: str, trials: int, timeout: float | None, storage
     pool.done()
     run.done = True
     reporter.close()
-    print_summary(out, summary, Headline.of(sweep.study, spec.benchmark.aggregate), export)
+    print_summary(out, summary, Headline.of(sweep.study, spec.benchmark.aggregate), export,
+                  trial_groups(sweep.study.get_trials(deepcopy=False)))
     if len(spec.hosts) > 1:  # each host's state, and each group's winner when several
         print_hosts(out, pool.study, spec.benchmark.aggregate,
                     pool.study.get_trials(deepcopy=False))

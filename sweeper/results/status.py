@@ -8,7 +8,7 @@ lines come from results/headline.py, like every other place that names it.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from optuna.trial import FrozenTrial, TrialState
@@ -21,7 +21,7 @@ import sweeper.results.verdict as R
 from sweeper.measure.stats import summarize
 from sweeper.results import attrs as A
 from sweeper.results.headline import SIM_NOTE, Headline
-from sweeper.results.hosts import print_hosts
+from sweeper.results.hosts import print_hosts, trial_groups
 from sweeper.results.kind import TrialKind, kind_of
 from sweeper.results.labels import compact_params, compact_parts
 from sweeper.results.liveness import is_stale
@@ -55,23 +55,35 @@ def shared_knobs(rows: list[FrozenTrial] | list[dict[str, Any]]) -> dict[str, An
             if all(k in e and e[k] == v for e in effs[1:])}
 
 
+def several_groups(groups: Sequence[str], export: str = "sweeper export") -> str:
+    """In place of one winner when hosts of several kinds of hardware measured: results
+    are compared only within a group (each group's winner is printed with the hosts)."""
+    return (f"Measured on {len(groups)} groups of hardware ({', '.join(groups)}): results "
+            "are compared only within a group, each with its own winner ('group NAME: "
+            f"Best'). Export one: {export} --group NAME")
+
+
 def print_summary(console: Console, s: SweepSummary, headline: Headline,
-                  export: str | None = None) -> None:
+                  export: str | None = None, groups: Sequence[str] = ()) -> None:
     """The end of a sweep; ``export`` is the command that exports this sweep's winner
-    (cli/common.export_command: the study and storage as the sweep was given them)."""
+    (cli/common.export_command: the study and storage as the sweep was given them).
+    ``groups``: the groups of hardware that measured (several: no one winner)."""
     console.print("\n" + summary_counts(s))
     if s.stop_reason:
         console.print(f"Stopped early: {s.stop_reason}")
     if s.node_seconds is not None:
         console.print(f"Node time: {s.node_seconds / 3600:.2f} node-hours ({s.node_source})")
-    for line in headline.lines():
-        console.print(line)
+    export = export or f"sweeper export --study {s.study} -o best.yaml"
+    if len(groups) > 1:
+        console.print(several_groups(groups, export), markup=False, soft_wrap=True)
+    else:
+        for line in headline.lines():
+            console.print(line)
     if s.kept_server is not None:
         console.print(f"The best configuration is left running on {s.kept_server.host} port "
                       f"{s.kept_server.port} (process group {s.kept_server.pgid}; log "
                       f"{s.kept_server.log_path}). Stop it with: sweeper stop --study {s.study}")
-    if headline.best is not None:
-        export = export or f"sweeper export --study {s.study} -o best.yaml"
+    if headline.best is not None and len(groups) < 2:
         console.print(f"Export it: {export}", markup=False, soft_wrap=True)
     if s.simulated:
         console.print(f"[dim]{SIM_NOTE}[/]")
@@ -182,8 +194,12 @@ def print_status(console: Console, spec: StudySpec, storage_url: str,
         console.print(f"[dim]first trial started {started:%Y-%m-%d %H:%M}; "
                       f"now {dt.datetime.now():%H:%M}[/]", soft_wrap=False)
     print_hosts(console, study, spec.benchmark.aggregate, trials)
-    for line in Headline.of(study, spec.benchmark.aggregate, trials).lines():
-        console.print(line, soft_wrap=False)  # wrapped at words to the terminal's width
+    groups = trial_groups(trials)
+    if len(groups) > 1:
+        console.print(several_groups(groups), markup=False, soft_wrap=False)
+    else:
+        for line in Headline.of(study, spec.benchmark.aggregate, trials).lines():
+            console.print(line, soft_wrap=False)  # wrapped at words to the terminal's width
     if study.user_attrs.get(A.SIMULATED):
         console.print(f"[dim]{SIM_NOTE}[/]", soft_wrap=False)
 
