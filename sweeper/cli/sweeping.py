@@ -228,11 +228,11 @@ def _optimize(run: _Run, study: str, trials: int, timeout: float | None, storage
     pool.done()
     run.done = True
     reporter.close()
-    print_summary(out, summary, Headline.of(sweep.study, spec.benchmark.aggregate), export,
-                  trial_groups(sweep.study.get_trials(deepcopy=False)))
+    measured = pool.study.get_trials(deepcopy=False)  # read once for the lines below
+    print_summary(out, summary, Headline.of(sweep.study, spec.benchmark.aggregate, measured),
+                  export, trial_groups(measured))
     if len(spec.hosts) > 1:  # each host's state, and each group's winner when several
-        print_hosts(out, pool.study, spec.benchmark.aggregate,
-                    pool.study.get_trials(deepcopy=False))
+        print_hosts(out, pool.study, spec.benchmark.aggregate, measured)
 
 
 def _confirm(sweep: HostSession, top: int, runs: int, reporter: ConsoleReporter,

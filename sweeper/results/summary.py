@@ -31,3 +31,14 @@ class SweepSummary:
     stop_reason: str | None = None  # why the stop rule ended the sweep early (one line)
     node_seconds: float | None = None  # node time the sweep's trials took
     node_source: str = ""  # what node_seconds rests on (measured, the study's costs)
+
+    def add_counts(self, other: SweepSummary) -> None:
+        """Add one host's counts (a pool's summary is the sum of its workers')."""
+        self.finished += other.finished
+        self.reused += other.reused
+        self.complete += other.complete
+        self.pruned.update(other.pruned)
+        self.skipped += other.skipped
+        self.repeats += other.repeats
+        self.failed += other.failed
+        self.retried += other.retried

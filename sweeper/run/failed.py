@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import optuna
@@ -66,6 +67,18 @@ def configuration_failed(sweep: HostSession, trial: optuna.Trial, slot: Slot, ro
             "Fix the server settings (server.args, server.launcher, the host; "
             "server.startup_timeout for a slow load), then run the same command: the "
             "baseline is measured again first", reason="baseline") from fail
+
+
+def group_left_out(group: str, exc: SweepAborted, scrub: Callable[[str], str]) -> str:
+    """Why a group's hosts are retired when its baseline did not serve (``exc``, raised
+    above) and hosts of other hardware go on (run/workers.py)."""
+    cause = exc.__cause__
+    what = f"{cause.kind}: {scrub(str(cause))}" \
+        if isinstance(cause, ConfigurationFailure) else str(exc)
+    return (f"group {group} is left out of this sweep, the other groups go on: its server "
+            "without speculation (the baseline) did not serve; fix the server settings "
+            "there, then run the same command (its baseline is measured again first). "
+            f"{what}")
 
 
 def infrastructure_failed(sweep: HostSession, trial: optuna.Trial, slot: Slot, label: str,

@@ -32,7 +32,7 @@ from collections.abc import Callable
 import optuna
 from optuna.trial import FrozenTrial, Trial
 
-from sweeper.errors import ConfigurationFailure, InfrastructureError, InputError, SweepAborted
+from sweeper.errors import InfrastructureError, InputError, SweepAborted
 from sweeper.launch import LaunchConfig
 from sweeper.remote import Host
 from sweeper.remote.groups import detect_group
@@ -43,6 +43,7 @@ from sweeper.run.asking import Asker, Busy, NoRoom
 from sweeper.run.common import SweepOptions, SweepSummary, storage_guard
 from sweeper.run.ctrlc import cleaning_up, handled, raise_pending, sigterm_as_interrupt
 from sweeper.run.decide import Outcome, should_stop, skip_limit, stop_state
+from sweeper.run.failed import group_left_out
 from sweeper.run.hostview import Prefixed, host_view
 from sweeper.run.killpoint import killpoint
 from sweeper.run.memories import group_memories
@@ -180,13 +181,7 @@ class HostPool:
         """The baseline did not serve on ``w``'s hardware: every host of that group is
         retired (each configuration there is that server and more), while hosts of other
         hardware go on. False when no other group is left: the sweep stops (``exc``)."""
-        cause = exc.__cause__
-        what = f"{cause.kind}: {w.session.secrets.scrub(str(cause))}" \
-            if isinstance(cause, ConfigurationFailure) else str(exc)
-        why = (f"group {w.group} is left out of this sweep, the other groups go on: its "
-               "server without speculation (the baseline) did not serve; fix the server "
-               "settings there, then run the same command (its baseline is measured again "
-               f"first). {what}")
+        why = group_left_out(w.group, exc, w.session.secrets.scrub)
         with self._lock:  # marked at once: two groups failing together leave none live
             if not any(o.group != w.group for o in self.live):
                 return False
@@ -440,14 +435,7 @@ class HostPool:
                 ws.stopped_because = s.stopped_because
             with contextlib.suppress(Exception):
                 w.session.finish()
-            s.finished += ws.finished
-            s.reused += ws.reused
-            s.complete += ws.complete
-            s.pruned.update(ws.pruned)
-            s.skipped += ws.skipped
-            s.repeats += ws.repeats
-            s.failed += ws.failed
-            s.retried += ws.retried
+            s.add_counts(ws)
         s.best, s.baseline = self.primary.session.summary.best, \
             self.primary.session.summary.baseline
         s.kept_server = self.primary.session.summary.kept_server
