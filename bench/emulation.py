@@ -481,6 +481,7 @@ class Sweep:
     sure: float | None = None  # the verdict's "How sure" of the pick
     stopped: str | None = None  # the stop rule's reason, when it ended the sweep early
     node_s: float | None = None  # node-seconds the loop counted for its trials (summary)
+    trials: list[optuna.trial.FrozenTrial] = field(default_factory=list)  # the sweep's own
 
 
 _OUTCOME = {TrialKind.SKIPPED: "skipped", TrialKind.REPEAT: "repeat"}
@@ -531,7 +532,8 @@ def emulate(truth: GroundTruth, strategy: str, seed: int, budget: int, *,
         session = HostSession(spec, options)
         session.attach(study, storage, measurer, LocalHost())
         pool = run_loop(spec, options, session, out, measurer)
-        out.records = records_of(study.get_trials(deepcopy=False), truth)
+        out.trials = study.get_trials(deepcopy=False)
+        out.records = records_of(out.trials, truth)
         out.restarts = measurer.restarts
         out.bench_runs = measurer.bench_runs
         confirm = after_sweep(study, spec, sampler_name, None, False, False)

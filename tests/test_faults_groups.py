@@ -56,3 +56,40 @@ def test_a_baseline_that_cannot_serve_on_one_group_retires_that_group_only(
     first_bad = min((t for t in trials if t.user_attrs.get(A.GROUP) == "bad"
                      and t.state == TrialState.COMPLETE), key=lambda t: t.number)
     assert first_bad.user_attrs[A.ROLE] == A.BASELINE, "its baseline measured first"
+
+
+def test_a_configuration_measured_on_one_group_is_measured_again_on_another(
+        tmp_path: Path) -> None:
+    """A space of two configurations swept on two groups of hardware: a proposal of a
+    configuration measured on the other group is no repeat here (its figure is that
+    hardware's); it is measured on this group's host. Within a group, a repeat is still
+    answered from that group's own measurement, without a restart."""
+    import yaml
+
+    from .conftest import demo_study_data
+
+    data = demo_study_data(tmp_path, start_from=[],
+                           sweep={"seed": 5, "n_startup_trials": 2, "sampler": "random"})
+    data["server"]["args"] |= {"speculative-eagle-topk": 1, "speculative-num-draft-tokens": 4}
+    data["space"] = {"speculative-num-steps": {"int": [2, 3]}}
+    data["hosts"] = [{"ssh": "local", "port": free_port(), "group": g,
+                      "workdir": str(tmp_path / g)} for g in ("h200", "a100")]
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(data))
+    done = run_cli("optimize", "--study", str(path), "--trials", "6")
+    assert done.returncode == 0, done.stdout + done.stderr
+    trials = optuna.load_study(study_name="t", storage=data["storage"]).trials
+    by_number = {t.number: t for t in trials}
+    proposed = {(t.user_attrs[A.GROUP], t.user_attrs[A.CONFIG_ID]) for t in trials
+                if t.user_attrs.get(A.ROLE) == A.SAMPLER and A.CONFIG_ID in t.user_attrs}
+    measured = {(t.user_attrs[A.GROUP], t.user_attrs[A.CONFIG_ID]) for t in trials
+                if t.state == TrialState.COMPLETE and not t.user_attrs.get(A.REPEAT_OF)
+                and t.user_attrs.get(A.ROLE) == A.SAMPLER}
+    assert proposed <= measured, (proposed - measured, done.stdout)
+    # the case arose: one configuration proposed on both groups
+    assert any((g, c) in proposed for g in ("h200", "a100") for c in
+               {c for h, c in proposed if h != g}), proposed
+    for t in trials:  # a repeat is answered from its own group's measurement only
+        for n in t.user_attrs.get(A.REPEAT_OF) or []:
+            assert by_number[n].user_attrs[A.GROUP] == t.user_attrs[A.GROUP], \
+                (t.number, n, done.stdout)

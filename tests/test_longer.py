@@ -71,18 +71,18 @@ def _trial(study: optuna.Study, cid: str, runs: list[float], role: str = A.SAMPL
 def test_more_runs_reads_the_pooled_runs_of_the_study() -> None:
     study = optuna.create_study(direction="maximize")
     bench = BenchSpec(runs=3, max_runs=30)
-    assert more_runs(study, "x", bench) is None  # nothing to compare with
+    assert more_runs(study.get_trials(), "x", bench) is None  # nothing to compare with
     _trial(study, "base", _runs(60.0, 3, seed=9), A.BASELINE)
     _trial(study, "lead", _runs(100.0, 15, seed=10))
     _trial(study, "lead", _runs(100.0, 15, seed=11))
-    more = more_runs(study, "x", bench)
+    more = more_runs(study.get_trials(), "x", bench)
     assert more is not None
     assert more(_runs(99.5, 3, seed=12)) == 3  # close to the best pooled: 3 more
     assert more(_runs(70.0, 3, seed=13)) == 0
     # the same configuration's earlier trials count: runs of "lead" are already tight
-    again = more_runs(study, "lead", bench)
+    again = more_runs(study.get_trials(), "lead", bench)
     assert again is not None and again(_runs(100.0, 3, seed=14)) == 0
-    assert more_runs(study, "x", BenchSpec(runs=3)) is None
+    assert more_runs(study.get_trials(), "x", BenchSpec(runs=3)) is None
     assert more_runs_from({"a": [1.0]}, "a", bench) is None  # no other configuration
 
 

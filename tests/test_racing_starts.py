@@ -85,7 +85,7 @@ def test_measure_longer_reads_the_starts_of_the_study() -> None:
     _trial(study, "lead", _runs(97.0, 100, seed=8))
     _trial(study, "other", _runs(80.0, 50, seed=9))
     _trial(study, "other", _runs(80.0 * 1.05, 50, seed=10))
-    more = more_runs(study, "x", bench)
+    more = more_runs(study.get_trials(), "x", bench)
     assert more is not None and more(list(_runs(100.0, 60, seed=11))) == 0
     # the same runs taken as independent (no starts): another batch looks worth it
     pooled = {"lead": _runs(103.0, 100, seed=7) + _runs(97.0, 100, seed=8),

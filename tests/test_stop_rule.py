@@ -9,6 +9,7 @@ two-level statistics (measure/stats.start_variance) recover as between-start var
 
 from __future__ import annotations
 
+import copy
 import math
 import statistics
 from dataclasses import replace
@@ -17,11 +18,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from optuna.trial import FrozenTrial
 
 from bench.emulation import EmulatedMeasurer, GroundTruth, Sweep, emulate
 from sweeper.results import attrs as A
 from sweeper.results.verdict import ConfigResult, two_levels
-from sweeper.run.decide import StopState, should_stop
+from sweeper.run.decide import StopState, should_stop, sure_stop
 from sweeper.search.nodetime import not_worth_a_restart, spent_seconds
 from sweeper.study import StudySpec, parse_study
 
@@ -65,6 +67,34 @@ def test_the_stop_rule_does_not_end_a_sweep_whose_leader_is_not_clear(tmp_path: 
     sweep = emulate(truth, "default", 1, TRIALS)
     assert sweep.stopped is None
     assert _trials(sweep) == TRIALS
+
+
+def test_with_two_groups_of_hardware_the_sweep_stops_when_each_groups_pick_is_sure(
+        tmp_path: Path) -> None:
+    """Each group has its own winner: a clear leader on one group does not end a sweep
+    whose other group's leader is not clear, and the pooled trials of both are never
+    ranked as one (a group's results compare within it)."""
+    spec = _study(tmp_path, CLEAR)
+    clear = emulate(GroundTruth(spec, "demo"), "default", 1, TRIALS)
+    close = emulate(GroundTruth(_study(tmp_path, CLOSE), "demo"), "default", 1, TRIALS)
+    assert clear.stopped is not None and close.stopped is None
+
+    def tagged(trials: list[FrozenTrial], group: str, offset: int) -> list[FrozenTrial]:
+        out = []
+        for t in trials:
+            t = copy.deepcopy(t)
+            t.user_attrs = {**t.user_attrs, A.GROUP: group}
+            t.number += offset
+            out.append(t)
+        return out
+
+    a = tagged(clear.trials, "a", 0)
+    b = tagged(close.trials, "b", len(a))
+    one = sure_stop(spec, a, len(a), 10 * TRIALS)
+    assert one is not None and "sure to be within 1%" in one.reason
+    assert sure_stop(spec, a + b, len(a) + len(b), 10 * TRIALS) is None
+    both = sure_stop(spec, a + tagged(clear.trials, "c", len(a)), 2 * len(a), 10 * TRIALS)
+    assert both is not None and "group a: " in both.reason and "group c: " in both.reason
 
 
 def test_stop_when_sure_1_never_stops_early(tmp_path: Path) -> None:

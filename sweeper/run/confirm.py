@@ -47,7 +47,6 @@ from sweeper.measure.stats import (
 )
 from sweeper.results import attrs as A
 from sweeper.results.headline import mark_best
-from sweeper.results.hosts import in_group
 from sweeper.results.kind import TrialKind, kind_of
 from sweeper.run.confirm_runs import VisitRuns, visit_runs
 from sweeper.run.session import HostSession
@@ -212,10 +211,7 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2,
     if sweep.spec.objective.multi:
         raise InputError(f"{sweep.spec.path}: objective: pareto has a front, not one winner "
                          "to confirm; confirm needs {at: LEVEL} or {mix: ...}")
-    def measured() -> list[FrozenTrial]:  # this host's group's (results compare within one)
-        every = study.get_trials(deepcopy=False)
-        return in_group(every, sweep.group) if sweep.group else every
-
+    measured = sweep.trials  # this host's group's (results compare within one)
     trials = {t.number: t for t in measured()}
     results = R.config_results(list(trials.values()))
     base_res = R.baseline_result(results)

@@ -15,12 +15,24 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from optuna.trial import FrozenTrial
 
 from sweeper.measure.stats import Starts
 from sweeper.results import attrs as A
+from sweeper.results.hosts import in_group, trial_groups
 from sweeper.search.failures import FailureMemory
-from sweeper.search.nodetime import SURE_TOL, not_worth_a_restart, stop_reason
+from sweeper.search.nodetime import (
+    SURE_TOL,
+    measured_costs,
+    not_worth_a_restart,
+    spent_seconds,
+    stop_reason,
+)
+
+if TYPE_CHECKING:
+    from sweeper.study import StudySpec
 
 # An accidental repeat of a measured configuration is resolved without a restart this many
 # times in a row; the next one is measured (a sampler that insists gets its replicate), so
@@ -173,6 +185,42 @@ def stop_state(trials: Sequence[Any], stop_when_sure: float, patience: int,
         if last is not None else None
     return StopState(lead.by_start(), tuple(r.by_start() for r in results[1:]), tau2,
                      len(started), held, patience, stop_when_sure, gains, remaining, trial_s)
+
+
+def sure_stop(spec: StudySpec, trials: Sequence[FrozenTrial], done: int, budget: int
+              ) -> Stop | None:
+    """The stop rule after a finished trial (``done`` of ``budget`` restarts): a Stop when
+    the sweep may end before --trials, which stays the upper bound. Several groups of
+    hardware: each has its own winner, so the sweep stops only when every group's pick is
+    sure (a group's results are compared only within it)."""
+    sw, bench = spec.sweep, spec.benchmark
+    if done >= budget or sw.stop_when_sure >= 1.0 or len(bench.levels) > 1:
+        return None
+    costs = measured_costs(trials, bench.max_tokens, sw.restart_cost, sw.run_cost)
+    trial_s = costs.trial_s(bench.runs) if costs else 0.0
+    groups: list[str | None] = list(trial_groups(trials)) or [None]
+    stops: list[str] = []
+    for g in groups:
+        mine = in_group(trials, g) if g is not None else trials
+        state = stop_state(mine, sw.stop_when_sure, sw.n_startup_trials, budget - done,
+                           trial_s)
+        stop = should_stop(state) if state is not None else None
+        if stop is None:
+            return None
+        stops.append(f"group {g}: {stop.reason}" if len(groups) > 1 else stop.reason)
+    return Stop("; ".join(stops))
+
+
+def node_time(spec: StudySpec, trials: Sequence[FrozenTrial], simulated: bool
+              ) -> tuple[float, str]:
+    """Node-seconds spent so far and where the figure comes from (search/nodetime.py), for
+    the live line and the summary."""
+    sw, bench = spec.sweep, spec.benchmark
+    secs, source = spent_seconds(list(trials), bench.max_tokens, bench.warmup,
+                                 sw.restart_cost, sw.run_cost)
+    if simulated:
+        source = f"{source} on the simulated server, not a GPU node's"
+    return secs, source
 
 
 # --------------------------------------------------------------------------- outcomes

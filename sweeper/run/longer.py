@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.measure.stats import start_variance, within_variance
 from sweeper.search.model.data import read_history
@@ -21,7 +20,7 @@ from sweeper.search.nodetime import measured_costs, runs_per_start
 from sweeper.study import BenchSpec
 
 
-def more_runs(study: optuna.Study, config_id: str, bench: BenchSpec
+def more_runs(trials: Sequence[FrozenTrial], config_id: str, bench: BenchSpec
               ) -> Callable[[list[float]], int] | None:
     """For measure/client.run_benchmark's ``more``: None when the study does not measure
     longer (BenchSpec.extends: one level, objective mean); else a function of this
@@ -29,7 +28,7 @@ def more_runs(study: optuna.Study, config_id: str, bench: BenchSpec
     given (a level of a multi-level study looks like a one-level benchmark to it)."""
     if not bench.extends:
         return None
-    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    trials = [t for t in trials if t.state == TrialState.COMPLETE]
     history = read_history(trials)
     every = [*history.observations, *([history.baseline] if history.baseline else [])]
     pooled = {o.config_id: o.runs for o in every}  # one per configuration

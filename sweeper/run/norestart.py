@@ -5,8 +5,10 @@ measured."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.results import attrs as A
 from sweeper.results.kind import TrialKind, kind_of
@@ -33,12 +35,13 @@ def skip_known_failure(s: HostSession, slot: Slot, d: Decision, label: str) -> N
     s.line(f"{label}[yellow]skipped, no restart[/]: known to fail ({d.kind}: {d.reason})")
 
 
-def measured(study: optuna.Study, cid: str) -> list[tuple[int, float]]:
-    """(trial number, value told) of every measurement of configuration ``cid``. A study of
-    two objectives (pareto) has no one value to answer a repeat with: none."""
+def measured(study: optuna.Study, trials: Sequence[FrozenTrial], cid: str
+             ) -> list[tuple[int, float]]:
+    """(trial number, value told) of every measurement of configuration ``cid`` among
+    ``trials`` (its host's group's: one measured on other hardware is no answer here). A
+    study of two objectives (pareto) has no one value to answer a repeat with: none."""
     if len(study.directions) != 1:
         return []
-    return [(t.number, float(t.values[0])) for t in
-            study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if t.values and t.user_attrs.get(A.CONFIG_ID) == cid
-            and kind_of(t) != TrialKind.REPEAT]
+    return [(t.number, float(t.values[0])) for t in trials
+            if t.state == TrialState.COMPLETE and t.values
+            and t.user_attrs.get(A.CONFIG_ID) == cid and kind_of(t) != TrialKind.REPEAT]

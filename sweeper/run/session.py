@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 import sweeper.results.verdict as R
 from sweeper.errors import (
@@ -41,6 +41,7 @@ from sweeper.remote.preflight import (
 from sweeper.remote.server import ServerHandle
 from sweeper.remote.workdir import remove_run_dir, run_dir, worker_marker
 from sweeper.results import attrs as A
+from sweeper.results.hosts import in_group
 from sweeper.results.storage import (
     artifact_store,
     check_objective,
@@ -138,7 +139,14 @@ class HostSession:
             self.python = python or sys.executable
         self._given = host
 
+    def trials(self) -> list[FrozenTrial]:
+        """The study's trials this host compares with: its group's once the pool has read
+        the group (results are compared only within one kind of hardware), all before."""
+        every = self.study.get_trials(deepcopy=False)
+        return in_group(every, self.group) if self.group else every
+
     # --- set-up -------------------------------------------------------------------------
+
     def open(self, require_existing: bool = False, fresh: bool = False,
              allow_delete: Callable[[int], bool] | None = None) -> optuna.Study:
         """Everything that can refuse the study runs before anything is written.

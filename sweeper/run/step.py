@@ -73,7 +73,8 @@ def run_trial(s: HostSession, trial: optuna.trial.Trial, repeats_in_a_row: int,
         trial.set_user_attr(A.REPLICATE, note)
     proposal = Proposal(trial.number, role, cid, effective,
                         deliberate=bool(trial.user_attrs.get(A.REPLICATE)))
-    decision = decide(proposal, measured(s.study, cid), s.memory, repeats_in_a_row)
+    mine = s.trials()  # this host's group's: results are compared within one
+    decision = decide(proposal, measured(s.study, mine, cid), s.memory, repeats_in_a_row)
     if observe is not None:
         observe(proposal, decision)
     label = f"{prefix}{R.short_params(effective)}: "
@@ -93,9 +94,8 @@ def run_trial(s: HostSession, trial: optuna.trial.Trial, repeats_in_a_row: int,
                                    label=prefix,
                                    on_start=lambda h: s.recorder.server_started(slot, h),
                                    primary=s.spec.objective.primary,
-                                   more=more_runs(s.study, cid, s.bench_spec),
-                                   first_round=R.next_prompt_round(
-                                       s.study.get_trials(deepcopy=False), cid))
+                                   more=more_runs(mine, cid, s.bench_spec),
+                                   first_round=R.next_prompt_round(mine, cid))
         except ServerErrorResponse as err:
             raise server_error(err, int(trial.user_attrs.get(A.ATTEMPT, 0)),
                                s.spec.sweep.max_retries) from err
@@ -119,7 +119,7 @@ def run_trial(s: HostSession, trial: optuna.trial.Trial, repeats_in_a_row: int,
 def _complete(s: HostSession, slot: Slot, m: Measurement, label: str) -> None:
     runs = s.recorder.series(m)  # the objective's per-run series
     try:
-        base = R.baseline_result(R.config_results(s.study.get_trials(deepcopy=False)))
+        base = R.baseline_result(R.config_results(s.trials()))
     except Exception as exc:
         # A storage failing here, with the measurement in hand and not yet recorded, would
         # lose it: the recorder is what keeps a measurement the storage refuses

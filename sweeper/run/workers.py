@@ -42,7 +42,7 @@ from sweeper.results.hosts import DONE, IDLE, RETIRED, STARTING, record_host
 from sweeper.run.asking import Asker, Busy, NoRoom
 from sweeper.run.common import SweepOptions, SweepSummary, storage_guard
 from sweeper.run.ctrlc import cleaning_up, handled, raise_pending, sigterm_as_interrupt
-from sweeper.run.decide import Outcome, should_stop, skip_limit, stop_state
+from sweeper.run.decide import Outcome, node_time, skip_limit, sure_stop
 from sweeper.run.failed import group_left_out
 from sweeper.run.hostview import Prefixed, host_view
 from sweeper.run.killpoint import killpoint
@@ -52,7 +52,6 @@ from sweeper.run.reconcile import Budget, finished_count, reconcile
 from sweeper.run.session import HostSession
 from sweeper.run.step import Observer, run_trial
 from sweeper.run.worker import Worker
-from sweeper.search.nodetime import measured_costs, spent_seconds
 from sweeper.study import StudySpec
 
 BACKOFF_SECONDS = 1.0
@@ -371,28 +370,15 @@ class HostPool:
         return not self._sure(trials, done)
 
     def _spent(self, trials: list[FrozenTrial]) -> str:
-        """Node-hours so far, for the live line and the summary (search/nodetime.py)."""
-        sw, bench = self.spec.sweep, self.spec.benchmark
-        secs, source = spent_seconds(trials, bench.max_tokens, bench.warmup,
-                                     sw.restart_cost, sw.run_cost)
-        if self.summary.simulated:
-            source = f"{source} on the simulated server, not a GPU node's"
+        """Node-hours so far, for the live line (and kept for the summary)."""
+        secs, source = node_time(self.spec, trials, self.summary.simulated)
         self.summary.node_seconds, self.summary.node_source = secs, source
         return f"{secs / 3600:.2f} node-h"
 
     def _sure(self, trials: list[FrozenTrial], done: int) -> bool:
-        """The stop rule (run/decide.should_stop) after a finished trial: True stops the
-        sweep here, the reason said in one line; --trials stays the upper bound."""
-        sw = self.spec.sweep
-        if done >= self.options.trials or sw.stop_when_sure >= 1.0 or \
-                len(self.spec.benchmark.levels) > 1:
-            return False
-        costs = measured_costs(trials, self.spec.benchmark.max_tokens, sw.restart_cost,
-                               sw.run_cost)
-        state = stop_state(trials, sw.stop_when_sure, sw.n_startup_trials,
-                           self.options.trials - done,
-                           costs.trial_s(self.spec.benchmark.runs) if costs else 0.0)
-        stop = should_stop(state) if state is not None else None
+        """The stop rule (run/decide.sure_stop): True stops the sweep here, the reason
+        said in one line."""
+        stop = sure_stop(self.spec, trials, done, self.options.trials)
         if stop is None:
             return False
         with self._lock:
