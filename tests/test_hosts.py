@@ -219,3 +219,14 @@ def test_the_confirm_phase_stays_within_its_hosts_group(tmp_path: Path) -> None:
     one = run_cli("export", "--study", str(path), "-o", str(out), "--group", "a100")
     assert one.returncode == 0, one.stderr
     assert "GPU a100" in out.read_text() and a100.removeprefix("group a100: ") in one.stdout
+    # the report and the dashboard's note: a winner per group, none across them
+    mixed = run_cli("report", "--study", str(path))
+    assert mixed.returncode == 2 and "pass --group" in mixed.stderr, mixed.stderr
+    report = run_cli("report", "--study", str(path), "--group", "a100")
+    assert report.returncode == 0, report.stderr
+    page = (tmp_path / "t-report-a100" / "report.html").read_text()
+    assert "sweeper report: t (group a100)" in page
+    winner = re.search(r"Best: (.+?) —", a100)
+    assert winner is not None and winner.group(1) in page, (a100, page[:2000])
+    note = optuna.load_study(study_name="t", storage=data["storage"]).user_attrs[A.WINNER]
+    assert note.startswith("group ") and "group a100: " in note and "group h200: " in note

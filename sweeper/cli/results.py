@@ -84,14 +84,17 @@ def dashboard(study: StudyOpt, storage: StorageOpt = None,
 def report(study: StudyOpt, storage: StorageOpt = None,
            output: Annotated[Path | None, typer.Option(
                "-o", "--output", help="Directory for report.html, the figures and "
-                                      "trials.csv (default: beside the storage).")] = None
+                                      "trials.csv (default: beside the storage).")] = None,
+           group: Annotated[str | None, typer.Option(
+               "--group", help="The report of this group of hosts (a study measured on "
+                               "several kinds of hardware has one per group).")] = None
            ) -> None:
     """The campaign as pictures and tables: report.html (opens from disk), PNGs, CSV."""
     from sweeper.results.report import write_report
 
     spec = load(study)
     with _writing("report", output, "give another folder with --output"):
-        written = write_report(spec, storage or spec.storage, output)
+        written = write_report(spec, storage or spec.storage, output, group)
     for line in written.lines:
         out.print(line, markup=False, soft_wrap=True)
 

@@ -28,11 +28,10 @@ from sweeper.results.adaptive import SKIP_ZERO_STEP_ENV
 from sweeper.results.adaptive import plan as adaptive_plan
 from sweeper.results.exportable import Build, for_build
 from sweeper.results.headline import Headline
-from sweeper.results.hosts import in_group, trial_groups
+from sweeper.results.hosts import of_group
 from sweeper.results.storage import load_existing
 
 if TYPE_CHECKING:
-    from optuna.trial import FrozenTrial
 
     from sweeper.results.verdict import ConfigResult
     from sweeper.study import StudySpec
@@ -98,22 +97,6 @@ def _check_output(output: Path) -> None:
         raise InputError(f"--output {output}: {above} is a file, not a directory")
 
 
-def _of_group(spec: StudySpec, trials: list[FrozenTrial], group: str | None
-              ) -> list[FrozenTrial]:
-    """The trials the winner is chosen from: one group's (``group``, or the only one)."""
-    groups = trial_groups(trials)
-    if group is None:
-        if len(groups) > 1:
-            raise InputError(f"{spec.path}: study {spec.name!r} was measured on "
-                             f"{len(groups)} groups of hardware ({', '.join(groups)}), each "
-                             "with its own winner; pass --group with one of them")
-        return trials
-    if group not in groups:
-        raise InputError(f"--group {group}: study {spec.name!r} has no measurement on it; "
-                         f"its groups: {', '.join(groups) or 'none yet'}")
-    return in_group(trials, group)
-
-
 def export_best(spec: StudySpec, storage_url: str, output: Path, *, at: int | None = None,
                 adaptive: bool = False, group: str | None = None,
                 check_flags: Callable[[list[str]], None] | None = None) -> Exported:
@@ -128,7 +111,7 @@ def export_best(spec: StudySpec, storage_url: str, output: Path, *, at: int | No
 
     _check_output(output)
     study = load_existing(storage_url, spec.name, str(spec.path), spec.storage)
-    trials = _of_group(spec, study.get_trials(deepcopy=False), group)
+    trials = of_group(spec, study.get_trials(deepcopy=False), group)
     headline = Headline.of(study, spec.benchmark.aggregate, trials)
     space = SearchSpace(spec)
     json_path = None

@@ -316,6 +316,31 @@ def mark_best(study: optuna.Study, objective: str = "mean") -> None:
             warnings.simplefilter("ignore")  # flagged experimental since Optuna 3.2
             study.set_metric_names(names)
     simulated = bool(study.user_attrs.get(A.SIMULATED))
+    from sweeper.results.hosts import group_headlines  # it imports this module
+
+    groups = group_headlines(study, objective, study.get_trials(deepcopy=False))
+    if groups:  # hosts of different hardware: a winner per group, none across them
+        study.set_user_attr(A.WINNER, "; ".join(f"group {g}: {h.one_line()}"
+                                                for g, h in groups))
+        save_note(study, groups_markdown(study, groups, simulated))
+        return
     headline = Headline.of(study, objective)
     study.set_user_attr(A.WINNER, headline.one_line())
     save_note(study, headline.markdown(study, simulated))
+
+
+def groups_markdown(study: optuna.Study, groups: list[tuple[str, Headline]],
+                    simulated: bool) -> str:
+    """The dashboard's study note when hosts of several kinds of hardware measured: each
+    group's winner and how to export it (Optuna's *Best Trial* card ranks across them)."""
+    export = str(study.user_attrs.get(A.EXPORT)
+                 or f"sweeper export --study {study.study_name} -o best.yaml")
+    parts = [f"## Measured on {len(groups)} groups of hardware", "",
+             "Results are compared only within a group, each with its own winner. Optuna's "
+             "*Best Trial* card ranks every trial as one: it may name another group's.", ""]
+    for g, h in groups:
+        parts += [f"### group {g}", "", *[f"- {line.strip()}" for line in h.lines()], "",
+                  f"Export it: `{export.replace(' -o ', f' --group {g!r} -o ', 1)}`", ""]
+    if simulated:
+        parts.append(f"*{SIM_NOTE}*")
+    return "\n".join(parts)

@@ -12,14 +12,18 @@ import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 from rich.console import Console
 
+from sweeper.errors import InputError
 from sweeper.results import attrs as A
 from sweeper.results.headline import Headline
+
+if TYPE_CHECKING:
+    from sweeper.study import StudySpec
 
 RUNNING, IDLE, RETIRED, DONE, STARTING = "running", "idle", "retired", "done", "starting"
 
@@ -90,6 +94,24 @@ def trial_groups(trials: Sequence[FrozenTrial]) -> list[str]:
 def in_group(trials: Sequence[FrozenTrial], group: str) -> list[FrozenTrial]:
     """The trials measured in ``group`` (trials from before groups existed count in all)."""
     return [t for t in trials if t.user_attrs.get(A.GROUP, group) == group]
+
+
+def of_group(spec: StudySpec, trials: list[FrozenTrial], group: str | None
+             ) -> list[FrozenTrial]:
+    """The trials a winner is chosen from (export, report): one group's (``group``, or the
+    only one). A study measured on several groups needs ``group``: results are compared
+    only within one kind of hardware."""
+    groups = trial_groups(trials)
+    if group is None:
+        if len(groups) > 1:
+            raise InputError(f"{spec.path}: study {spec.name!r} was measured on "
+                             f"{len(groups)} groups of hardware ({', '.join(groups)}), each "
+                             "with its own winner; pass --group with one of them")
+        return trials
+    if group not in groups:
+        raise InputError(f"--group {group}: study {spec.name!r} has no measurement on it; "
+                         f"its groups: {', '.join(groups) or 'none yet'}")
+    return in_group(trials, group)
 
 
 def group_headlines(study: optuna.Study, objective: str,

@@ -13,6 +13,7 @@ import base64
 import html
 import io
 import math
+import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,7 @@ from sweeper.errors import InputError
 from sweeper.results import attrs as A
 from sweeper.results import figures
 from sweeper.results.headline import SIM_NOTE, Headline
-from sweeper.results.hosts import group_headlines
+from sweeper.results.hosts import of_group
 from sweeper.results.kind import TrialKind, kind_of
 from sweeper.results.levels import pareto_front
 from sweeper.results.storage import load_existing, report_dir
@@ -53,14 +54,20 @@ class Written:
     lines: list[str] = field(default_factory=list)
 
 
-def write_report(spec: StudySpec, storage_url: str, output: Path | None) -> Written:
+def write_report(spec: StudySpec, storage_url: str, output: Path | None,
+                 group: str | None = None) -> Written:
+    """The report of ``spec``'s study; ``group``: of that group of hosts' trials alone (a
+    study measured on several kinds of hardware needs it: its figures and winner would
+    otherwise mix them), written by default to a folder of its own."""
     if output is not None and output.exists() and not output.is_dir():
         raise InputError(f"--output {output}: a file; the report is a folder (report.html, "
                          "its figures, trials.csv): give a folder's path")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = load_existing(storage_url, spec.name, str(spec.path), spec.storage)
-    trials = study.get_trials(deepcopy=False)
+    trials = of_group(spec, study.get_trials(deepcopy=False), group)
     out_dir = output or report_dir(storage_url, spec.name)
+    if output is None and group is not None:
+        out_dir = out_dir.with_name(f"{out_dir.name}-{re.sub(r'[^A-Za-z0-9_.-]+', '-', group)}")
     out_dir.mkdir(parents=True, exist_ok=True)
     knobs = list(spec.space)
     df = trials_frame(trials, knobs)
@@ -98,8 +105,8 @@ def write_report(spec: StudySpec, storage_url: str, output: Path | None) -> Writ
     default = _start_from_result(trials, results)
     explained = why_it_wins(headline.best, default, base)
     simulated = bool(study.user_attrs.get(A.SIMULATED))
-    written.html.write_text(_page(spec, study, headline, df, images, written.missing, explained,
-                                  simulated), encoding="utf-8")
+    written.html.write_text(_page(spec, study, trials, group, headline, df, images,
+                                  written.missing, explained, simulated), encoding="utf-8")
     written.lines = [f"wrote {written.html} ({len(images)} figures; trials.csv, PNGs beside it)"]
     written.lines += [f"  no {name} figure: {why}" for name, why in written.missing.items()]
     return written
@@ -280,20 +287,17 @@ def _table(df: pd.DataFrame) -> str:
         float_format=lambda x: f"{x:.2f}") + "</div>"
 
 
-def _page(spec: StudySpec, study: optuna.Study, headline: Headline, df: pd.DataFrame,
+def _page(spec: StudySpec, study: optuna.Study, trials: list[FrozenTrial], group: str | None,
+          headline: Headline, df: pd.DataFrame,
           images: dict[str, str], missing: dict[str, str], why: dict[str, Any] | None,
           simulated: bool) -> str:
     esc = html.escape
-    parts = [f"<h1>sweeper report: {esc(spec.name)}</h1>"]
+    of = f" (group {group})" if group else ""
+    parts = [f"<h1>sweeper report: {esc(spec.name + of)}</h1>"]
     if simulated:
         parts.append(f'<p class="sim">{esc(SIM_NOTE)}</p>')
     parts.append("<h2>The winner</h2><ul>" +
                  "".join(f"<li>{esc(line)}</li>" for line in headline.lines()) + "</ul>")
-    groups = group_headlines(study, spec.benchmark.aggregate, study.get_trials(deepcopy=False))
-    if groups:  # hosts of different hardware: each group has its own winner
-        parts.append("<h2>The winner of each group of hosts</h2><ul>" + "".join(
-            f"<li>group {esc(g)}: {esc(' '.join(h.lines()))}</li>" for g, h in groups)
-            + "</ul>")
     if len(headline.goal.levels) > 1:
         parts.append(_levels_table(headline))
     if why is not None:
@@ -313,8 +317,7 @@ def _page(spec: StudySpec, study: optuna.Study, headline: Headline, df: pd.DataF
         parts.append("<h2>Not drawn</h2><ul>" + "".join(
             f'<li class="missing" id="missing-{name}">Not drawn: {titles[name]}: '
             f"{esc(why)}.</li>" for name, why in missing.items()) + "</ul>")
-    confirm_rows = _confirm_rows(study.user_attrs.get(A.CONFIRMED),
-                                 study.get_trials(deepcopy=False))
+    confirm_rows = _confirm_rows(study.user_attrs.get(A.CONFIRMED), trials)
     if confirm_rows:
         parts.append("<h2>Confirm phase (fresh, interleaved runs)</h2>"
                      + _table(pd.DataFrame(confirm_rows)))
