@@ -230,3 +230,19 @@ def test_the_confirm_phase_stays_within_its_hosts_group(tmp_path: Path) -> None:
     assert winner is not None and winner.group(1) in page, (a100, page[:2000])
     note = optuna.load_study(study_name="t", storage=data["storage"]).user_attrs[A.WINNER]
     assert note.startswith("group ") and "group a100: " in note and "group h200: " in note
+    # `sweeper confirm` alone: the first host's group's leaders, its visits tagged with it
+    before = {t.number for t in trials}
+    again = run_cli("confirm", "--study", str(path), "--top", "1", "--runs", "2")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "Confirming group h200's leaders" in again.stdout, again.stdout
+    new = [t for t in optuna.load_study(study_name="t", storage=data["storage"]).trials
+           if t.number not in before]
+    assert new and {t.user_attrs.get(A.GROUP) for t in new} == {"h200"}, new
+    assert {t.user_attrs[A.CONFIG_ID] for t in new if t.user_attrs.get(A.ROLE) != A.BASELINE} \
+        <= swept
+    data["hosts"][0]["group"] = "l40s"  # a first host of a group that measured nothing
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump(data))
+    refused = run_cli("confirm", "--study", str(other), "--top", "1", "--runs", "2")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "of group 'l40s', which measured nothing" in refused.stderr, refused.stderr

@@ -243,7 +243,7 @@ def _confirm(sweep: HostSession, top: int, runs: int, reporter: ConsoleReporter,
 
     reporter.close()  # the sweep's bar is done; the confirm phase gets its own
     which = "the leader" if top == 1 else f"the top {top} configurations"
-    visit = visit_runs(sweep.study.get_trials(deepcopy=False), sweep.bench_spec, runs, rounds,
+    visit = visit_runs(sweep.trials(), sweep.bench_spec, runs, rounds,
                        exact)
     # on the simulator, its modelled seconds: not a node's
     why = visit.why("on the simulated server" if sweep.summary.simulated else "on this node")
@@ -292,12 +292,38 @@ def confirm(study: StudyOpt, storage: StorageOpt = None,
     sweep = HostSession(host_view(spec, 0), SweepOptions(trials=0, storage=storage), reporter)
     sweep.open(require_existing=True)
     try:
+        sweep.group = _confirm_group(sweep)
         with sigterm_as_interrupt():  # SIGTERM, SIGHUP: the Ctrl-C path, the server stopped
             _confirm(sweep, top, runs or spec.sweep.confirm_runs, reporter,
                      exact=runs is not None)
     finally:
         sweep.stop_server()
         sweep.close()
+
+
+def _confirm_group(sweep: HostSession) -> str | None:
+    """The group whose leaders `sweeper confirm` measures: its host's (the study's first),
+    when the study measured on several kinds of hardware (results are compared only within
+    one); None with one group (every trial, as the sweep compared them)."""
+    from sweeper.launch import LaunchConfig
+    from sweeper.remote.groups import detect_group
+    from sweeper.results.hosts import trial_groups
+
+    groups = trial_groups(sweep.study.get_trials(deepcopy=False))
+    if len(groups) < 2:
+        return None
+    h = sweep.spec.hosts[0]
+    group = h.group or detect_group(
+        sweep.host, LaunchConfig(sweep.spec.server.launcher).launcher_argv(sweep.python))
+    if group not in groups:
+        raise InputError(f"{sweep.spec.path}: hosts[0] ({sweep.host.name}) is of group "
+                         f"{group!r}, which measured nothing in study {sweep.spec.name!r}; "
+                         f"its groups: {', '.join(groups)}. List first a host of the group "
+                         "to confirm")
+    out.print(f"Confirming group {group}'s leaders on {sweep.host.name} (the study was "
+              f"measured on {len(groups)} groups of hardware: {', '.join(groups)}).",
+              markup=False, soft_wrap=True)
+    return group
 
 
 @app.command()
