@@ -42,13 +42,15 @@ def accept_length(eff: dict[str, Any]) -> float:
                d + 0.0)
 
 
-def drive(url: str, n: int, seed: int) -> list[str]:
+def drive(url: str, n: int, seed: int, group: str | None = None) -> list[str]:
     """``n`` trials of the demo study's space on ``url`` with the model sampler, told the
-    way run/record.py tells them; returns who proposed each one."""
+    way run/record.py tells them (measured on hosts of ``group``); returns who proposed
+    each one."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     spec = load_study(str(ROOT / "studies" / "demo.yaml"))
     space = SearchSpace(spec)
     sampler = make_sampler("model", seed, 4, space=space)
+    sampler.group = group  # type: ignore[attr-defined]
     study = optuna.create_study(storage=url, study_name="m", direction="maximize",
                                 sampler=sampler, load_if_exists=True)
     who = []
@@ -58,6 +60,8 @@ def drive(url: str, n: int, seed: int) -> list[str]:
         cid = space.launch_config(eff).config_id()
         trial.set_user_attr(A.CONFIG_ID, cid)
         trial.set_user_attr(A.EFFECTIVE, eff)
+        if group is not None:
+            trial.set_user_attr(A.GROUP, group)
         note = sampler.deliberate(trial.number)  # type: ignore[attr-defined]
         if note:
             trial.set_user_attr(A.REPLICATE, note)
@@ -105,6 +109,17 @@ def test_model_sampler_in_a_sqlite_study_with_resume(tmp_path: Path) -> None:
     late = [t for t in trials[8:] if t.user_attrs[A.EFFECTIVE].get("env.NCCL_ALGO")
             == "CollNetDirect"]
     assert len(late) <= 1
+
+
+def test_the_model_of_one_group_of_hardware_is_fitted_on_its_own_trials(
+        tmp_path: Path) -> None:
+    """Hosts of other hardware share the study, not the model: a group with no trials of
+    its own goes through its own start-up, where the other group's sampler models."""
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    h200 = drive(url, 8, seed=5, group="h200")
+    assert h200[:4] == ["tpe"] * 4 and "model" in h200[4:]
+    assert drive(url, 3, seed=6, group="a100") == ["tpe"] * 3
+    assert set(drive(url, 2, seed=7, group="h200")) <= {"model", "racing"}
 
 
 def test_model_sampler_climbs_a_known_landscape(tmp_path: Path) -> None:

@@ -44,6 +44,7 @@ from optuna.trial import FrozenTrial, TrialState
 from scipy.stats import norm
 
 from sweeper.results import attrs as A
+from sweeper.results.hosts import in_group
 from sweeper.results.kind import ran_on_server
 from sweeper.search.model.candidates import Candidate, enumerate_candidates
 from sweeper.search.model.data import History, read_history
@@ -92,6 +93,10 @@ class ModelSampler(BaseSampler):
         self._plans: dict[int, Plan | None] = {}
         self._sources: dict[int, str] = {}
         self._gains: dict[str, float] | None = None
+        # the group of hosts (one kind of hardware) this sampler plans for, once known: its
+        # model is fitted on that group's trials alone (speed is that hardware's physics;
+        # results are compared only within a group). None: every trial.
+        self.group: str | None = None
 
     # --- Optuna's interface -------------------------------------------------------------
     def reseed_rng(self) -> None:
@@ -170,6 +175,8 @@ class ModelSampler(BaseSampler):
 
     def _make_plan(self, study: optuna.Study) -> Plan | None:
         trials = study.get_trials(deepcopy=False)
+        if self.group is not None:
+            trials = in_group(trials, self.group)
         finished = sum(_finished(t) for t in trials)
         if finished < self._n_startup:
             return None
