@@ -212,6 +212,17 @@ def wait_http_ok(url: str, timeout: float, proc: subprocess.Popen[Any] | None = 
     return wait_for(attempt, timeout, url)
 
 
+def two_group_study(tmp: Path, data: dict[str, Any], groups: tuple[str, ...] = ("h200", "a100")
+                    ) -> Path:
+    """``data`` with one local host per group (hosts of other hardware, each on its own port
+    and workdir), written to ``tmp/t.yaml``."""
+    data["hosts"] = [{"ssh": "local", "port": free_port(), "group": g,
+                      "workdir": str(tmp / g)} for g in groups]
+    path = tmp / "t.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The real command, as a user runs it."""

@@ -12,7 +12,7 @@ from optuna.trial import TrialState
 from sweeper.remote.host import free_port
 from sweeper.results import attrs as A
 
-from .conftest import SIM_LAUNCHER, run_cli
+from .conftest import SIM_LAUNCHER, demo_study_data, run_cli, two_group_study
 from .test_faults_liveness import HOLD
 from .timeouts import scaled
 
@@ -64,18 +64,11 @@ def test_a_configuration_measured_on_one_group_is_measured_again_on_another(
     configuration measured on the other group is no repeat here (its figure is that
     hardware's); it is measured on this group's host. Within a group, a repeat is still
     answered from that group's own measurement, without a restart."""
-    import yaml
-
-    from .conftest import demo_study_data
-
     data = demo_study_data(tmp_path, start_from=[],
                            sweep={"seed": 5, "n_startup_trials": 2, "sampler": "random"})
     data["server"]["args"] |= {"speculative-eagle-topk": 1, "speculative-num-draft-tokens": 4}
     data["space"] = {"speculative-num-steps": {"int": [2, 3]}}
-    data["hosts"] = [{"ssh": "local", "port": free_port(), "group": g,
-                      "workdir": str(tmp_path / g)} for g in ("h200", "a100")]
-    path = tmp_path / "t.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path = two_group_study(tmp_path, data)
     done = run_cli("optimize", "--study", str(path), "--trials", "6")
     assert done.returncode == 0, done.stdout + done.stderr
     trials = optuna.load_study(study_name="t", storage=data["storage"]).trials

@@ -21,7 +21,7 @@ from sweeper.run.hostview import host_view
 from sweeper.run.workers import HostPool
 from sweeper.study import parse_study
 
-from .conftest import demo_study_data
+from .conftest import demo_study_data, run_cli, two_group_study
 
 T0 = datetime.now()  # live trials: started (and so beating, run/heartbeat.py) just now
 
@@ -156,15 +156,8 @@ def assert_no_overlap(trials: list[FrozenTrial]) -> None:
 def test_each_group_measures_its_own_baseline_and_has_its_own_winner(tmp_path: Path) -> None:
     """Two hosts of different hardware (named groups): each gets a baseline on its own
     hardware, and status names a winner per group."""
-    import yaml
-
-    from .conftest import run_cli
-
     data = demo_study_data(tmp_path, start_from=[], sweep={"seed": 4, "n_startup_trials": 2})
-    data["hosts"] = [{"ssh": "local", "port": free_port(), "group": g,
-                      "workdir": str(tmp_path / g)} for g in ("h200", "a100")]
-    path = tmp_path / "t.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path = two_group_study(tmp_path, data)
     pool = HostPool(parse_study(data, path), SweepOptions(trials=4))
     pool.open()
     pool.run()
@@ -185,15 +178,10 @@ def test_the_confirm_phase_stays_within_its_hosts_group(tmp_path: Path) -> None:
     runs measured on other hardware."""
     import yaml
 
-    from .conftest import run_cli
-
     data = demo_study_data(tmp_path, start_from=[],
                            sweep={"seed": 4, "n_startup_trials": 2, "confirm_top": 1,
                                   "confirm_runs": 2})
-    data["hosts"] = [{"ssh": "local", "port": free_port(), "group": g,
-                      "workdir": str(tmp_path / g)} for g in ("h200", "a100")]
-    path = tmp_path / "t.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path = two_group_study(tmp_path, data)
     done = run_cli("optimize", "--study", str(path), "--trials", "6")
     assert done.returncode == 0, done.stdout + done.stderr
     trials = optuna.load_study(study_name="t", storage=data["storage"]).trials
