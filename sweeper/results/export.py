@@ -32,7 +32,6 @@ from sweeper.results.hosts import of_group
 from sweeper.results.storage import load_existing
 
 if TYPE_CHECKING:
-
     from sweeper.results.verdict import ConfigResult
     from sweeper.study import StudySpec
 

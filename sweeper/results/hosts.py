@@ -91,8 +91,11 @@ def trial_groups(trials: Sequence[FrozenTrial]) -> list[str]:
     return list(seen)
 
 
-def in_group(trials: Sequence[FrozenTrial], group: str) -> list[FrozenTrial]:
-    """The trials measured in ``group`` (trials from before groups existed count in all)."""
+def in_group(trials: Sequence[FrozenTrial], group: str | None) -> list[FrozenTrial]:
+    """The trials measured in ``group`` (trials from before groups existed count in all);
+    every trial when ``group`` is None (not known, or one group only)."""
+    if group is None:
+        return list(trials)
     return [t for t in trials if t.user_attrs.get(A.GROUP, group) == group]
 
 

@@ -201,7 +201,7 @@ def sure_stop(spec: StudySpec, trials: Sequence[FrozenTrial], done: int, budget:
     groups: list[str | None] = list(trial_groups(trials)) or [None]
     stops: list[str] = []
     for g in groups:
-        mine = in_group(trials, g) if g is not None else trials
+        mine = in_group(trials, g)
         state = stop_state(mine, sw.stop_when_sure, sw.n_startup_trials, budget - done,
                            trial_s)
         stop = should_stop(state) if state is not None else None

@@ -142,11 +142,9 @@ class HostSession:
     def trials(self) -> list[FrozenTrial]:
         """The study's trials this host compares with: its group's once the pool has read
         the group (results are compared only within one kind of hardware), all before."""
-        every = self.study.get_trials(deepcopy=False)
-        return in_group(every, self.group) if self.group else every
+        return in_group(self.study.get_trials(deepcopy=False), self.group or None)
 
     # --- set-up -------------------------------------------------------------------------
-
     def open(self, require_existing: bool = False, fresh: bool = False,
              allow_delete: Callable[[int], bool] | None = None) -> optuna.Study:
         """Everything that can refuse the study runs before anything is written.

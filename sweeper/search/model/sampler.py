@@ -174,9 +174,7 @@ class ModelSampler(BaseSampler):
         return self._sources.get(number)
 
     def _make_plan(self, study: optuna.Study) -> Plan | None:
-        trials = study.get_trials(deepcopy=False)
-        if self.group is not None:
-            trials = in_group(trials, self.group)
+        trials = in_group(study.get_trials(deepcopy=False), self.group)
         finished = sum(_finished(t) for t in trials)
         if finished < self._n_startup:
             return None
