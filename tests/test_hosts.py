@@ -191,6 +191,17 @@ def test_the_confirm_phase_stays_within_its_hosts_group(tmp_path: Path) -> None:
     swept = {t.user_attrs[A.CONFIG_ID] for t in trials if t.state == TrialState.COMPLETE
              and t.user_attrs.get(A.GROUP) == "h200" and not t.user_attrs.get(A.CONFIRM)}
     assert {t.user_attrs[A.CONFIG_ID] for t in visits} <= swept, "a leader of its own group"
+    # each host's live line names the best of its own group, never another group's trial
+    group_of = {t.number: t.user_attrs.get(A.GROUP) for t in trials}
+    host_group = {t.user_attrs[A.HOST]: t.user_attrs[A.GROUP] for t in trials
+                  if A.HOST in t.user_attrs and A.GROUP in t.user_attrs}
+    lines = [m for m in (re.search(r"^\[(?P<host>[^\]]+)\] trial \d+ .*\| best .*?"
+                                   r"\(trials? (?P<best>[\d, ]+?)(?: pooled)?,", ln)
+                         for ln in done.stdout.splitlines()) if m]
+    assert lines, done.stdout
+    for m in lines:
+        best = {group_of[int(n)] for n in m["best"].split(",")}
+        assert best == {host_group[m["host"]]}, (m.group(0), best)
     numbers = {t.number for t in visits}
     a100 = next(ln for ln in done.stdout.splitlines() if ln.startswith("group a100: Best"))
     pooled = re.search(r"; trials? ([\d, ]+?)(?: pooled)?\)", a100)

@@ -134,7 +134,8 @@ def _complete(s: HostSession, slot: Slot, m: Measurement, label: str) -> None:
     s.summary.reused += int(m.reused)
     if not s.options.notes:
         return
-    headline = Headline.of(s.study, s.bench_spec.aggregate)
+    # the best of this host's group: results are compared within one kind of hardware
+    headline = Headline.of(s.study, s.bench_spec.aggregate, s.trials())
     with contextlib.suppress(Exception):  # the dashboard's note is a courtesy
         mark_best(s.study, s.bench_spec.aggregate)
     result = m.bench
