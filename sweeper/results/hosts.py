@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 from rich.console import Console
 
 from sweeper.errors import InputError
 from sweeper.results import attrs as A
+from sweeper.results.groups import in_group, trial_groups  # noqa: F401  (re-exported)
 from sweeper.results.headline import Headline
 
 if TYPE_CHECKING:
@@ -79,24 +80,6 @@ def host_states(study: optuna.Study) -> list[HostState]:
                              str(v.get("machine", "")), int(v.get("pid", -1)),
                              float(v.get("at", 0.0))))
     return sorted(out, key=lambda h: h.label)
-
-
-def trial_groups(trials: Sequence[FrozenTrial]) -> list[str]:
-    """The groups that measured something, in the order they first did."""
-    seen: dict[str, None] = {}
-    for t in trials:
-        g = t.user_attrs.get(A.GROUP)
-        if g and t.state == TrialState.COMPLETE:
-            seen.setdefault(str(g), None)
-    return list(seen)
-
-
-def in_group(trials: Sequence[FrozenTrial], group: str | None) -> list[FrozenTrial]:
-    """The trials measured in ``group`` (trials from before groups existed count in all);
-    every trial when ``group`` is None (not known, or one group only)."""
-    if group is None:
-        return list(trials)
-    return [t for t in trials if t.user_attrs.get(A.GROUP, group) == group]
 
 
 def of_group(spec: StudySpec, trials: list[FrozenTrial], group: str | None

@@ -52,6 +52,7 @@ from sweeper.run.reconcile import Budget, finished_count, reconcile
 from sweeper.run.session import HostSession
 from sweeper.run.step import Observer, run_trial
 from sweeper.run.worker import Worker
+from sweeper.search.grouped import GroupSampler
 from sweeper.search.model.sampler import ModelSampler
 from sweeper.study import StudySpec
 
@@ -221,8 +222,8 @@ class HostPool:
         for w in self.live:
             w.session.memory = memories[w.group]
             w.session.group = w.group
-            if isinstance(w.study.sampler, ModelSampler):  # its model: this hardware's
-                w.study.sampler.group = w.group
+            if isinstance(w.study.sampler, ModelSampler | GroupSampler):  # learns from
+                w.study.sampler.group = w.group  # this hardware's trials alone
         budget = Budget.of(study, self.options.trials)
         self.target = budget.target
         self.summary.resumed_from = budget.done - budget.start

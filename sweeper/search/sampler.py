@@ -21,11 +21,15 @@ def _tpe(seed: int | None, n_startup: int,
          space: SearchSpace | None = None) -> optuna.samplers.BaseSampler:
     """TPE with multivariate + group: parameters that only some branches use (the draft
     tokens' position is absent from topk-1 trials) are modelled jointly within each
-    group; constant_liar keeps parallel workers apart."""
+    group; constant_liar keeps parallel workers apart. It learns from its host's group of
+    hardware's trials alone (grouped.py), once the sweep sets the group."""
+    from sweeper.search.grouped import GroupSampler
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # multivariate/group are flagged experimental
-        return optuna.samplers.TPESampler(multivariate=True, group=True, seed=seed,
-                                          n_startup_trials=n_startup, constant_liar=True)
+        return GroupSampler(optuna.samplers.TPESampler(
+            multivariate=True, group=True, seed=seed, n_startup_trials=n_startup,
+            constant_liar=True))
 
 
 def _random(seed: int | None, n_startup: int,

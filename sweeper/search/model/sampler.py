@@ -96,7 +96,17 @@ class ModelSampler(BaseSampler):
         # the group of hosts (one kind of hardware) this sampler plans for, once known: its
         # model is fitted on that group's trials alone (speed is that hardware's physics;
         # results are compared only within a group). None: every trial.
-        self.group: str | None = None
+        self._group: str | None = None
+
+    @property
+    def group(self) -> str | None:
+        return self._group
+
+    @group.setter
+    def group(self, group: str | None) -> None:
+        self._group = group
+        if hasattr(self._inner, "group"):  # its start-up TPE learns from that group too
+            self._inner.group = group
 
     # --- Optuna's interface -------------------------------------------------------------
     def reseed_rng(self) -> None:
