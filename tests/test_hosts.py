@@ -173,10 +173,13 @@ def test_each_group_measures_its_own_baseline_and_has_its_own_winner(tmp_path: P
 
 
 def test_the_confirm_phase_stays_within_its_hosts_group(tmp_path: Path) -> None:
-    """Two groups: the confirm phase (on the first host) confirms a leader of that host's
-    group and its visits count in that group only: the other group's winner never pools
-    runs measured on other hardware."""
+    """Two groups: each group's confirm phase confirms a leader of its own group and its
+    visits count in that group only: neither group's winner pools runs measured on other
+    hardware."""
     import yaml
+
+    import sweeper.results.verdict as R
+    from sweeper.results.hosts import in_group
 
     data = demo_study_data(tmp_path, start_from=[],
                            sweep={"seed": 4, "n_startup_trials": 2, "confirm_top": 1,
@@ -187,10 +190,22 @@ def test_the_confirm_phase_stays_within_its_hosts_group(tmp_path: Path) -> None:
     trials = optuna.load_study(study_name="t", storage=data["storage"]).trials
     visits = [t for t in trials if t.user_attrs.get(A.CONFIRM)]
     assert visits, done.stdout
-    assert {t.user_attrs.get(A.GROUP) for t in visits} == {"h200"}
-    swept = {t.user_attrs[A.CONFIG_ID] for t in trials if t.state == TrialState.COMPLETE
-             and t.user_attrs.get(A.GROUP) == "h200" and not t.user_attrs.get(A.CONFIRM)}
-    assert {t.user_attrs[A.CONFIG_ID] for t in visits} <= swept, "a leader of its own group"
+    assert {t.user_attrs.get(A.GROUP) for t in visits} == {"h200", "a100"}
+    study = optuna.load_study(study_name="t", storage=data["storage"])
+    for g, host in ((h["group"], f"local:{h['port']}") for h in data["hosts"]):
+        assert f"Group {g} ({host}):" in done.stdout, done.stdout
+        mine = [t for t in visits if t.user_attrs[A.GROUP] == g]
+        assert len(mine) == 4, (g, [t.number for t in mine])  # the leader + baseline, twice
+        # each group's verdict kept apart: the second group's did not overwrite the first's
+        assert R.verdict(study, trials=in_group(trials, g)).confirmed, (g, done.stdout)
+        kept = study.user_attrs[f"{A.CONFIRMED}:{g}"]["trials"].values()
+        assert {n for ns in kept for n in ns} == {t.number for t in mine}, g
+    swept = {g: {t.user_attrs[A.CONFIG_ID] for t in trials if t.state == TrialState.COMPLETE
+                 and t.user_attrs.get(A.GROUP) == g and not t.user_attrs.get(A.CONFIRM)}
+             for g in ("h200", "a100")}
+    for g, own in swept.items():
+        assert {t.user_attrs[A.CONFIG_ID] for t in visits
+                if t.user_attrs[A.GROUP] == g} <= own, "a leader of its own group"
     # each host's live line names the best of its own group, never another group's trial
     group_of = {t.number: t.user_attrs.get(A.GROUP) for t in trials}
     host_group = {t.user_attrs[A.HOST]: t.user_attrs[A.GROUP] for t in trials
@@ -202,7 +217,7 @@ def test_the_confirm_phase_stays_within_its_hosts_group(tmp_path: Path) -> None:
     for m in lines:
         best = {group_of[int(n)] for n in m["best"].split(",")}
         assert best == {host_group[m["host"]]}, (m.group(0), best)
-    numbers = {t.number for t in visits}
+    numbers = {t.number for t in visits if t.user_attrs[A.GROUP] == "h200"}
     a100 = next(ln for ln in done.stdout.splitlines() if ln.startswith("group a100: Best"))
     pooled = re.search(r"; trials? ([\d, ]+?)(?: pooled)?\)", a100)
     assert pooled is not None, a100
@@ -238,7 +253,7 @@ def test_the_confirm_phase_stays_within_its_hosts_group(tmp_path: Path) -> None:
            if t.number not in before]
     assert new and {t.user_attrs.get(A.GROUP) for t in new} == {"h200"}, new
     assert {t.user_attrs[A.CONFIG_ID] for t in new if t.user_attrs.get(A.ROLE) != A.BASELINE} \
-        <= swept
+        <= swept["h200"]
     data["hosts"][0]["group"] = "l40s"  # a first host of a group that measured nothing
     other = tmp_path / "other.yaml"
     other.write_text(yaml.safe_dump(data))

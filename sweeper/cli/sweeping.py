@@ -36,7 +36,7 @@ PortOpt = Annotated[int | None, typer.Option(
 if TYPE_CHECKING:
     from sweeper.run.progress import ConsoleReporter
     from sweeper.run.session import HostSession
-    from sweeper.run.workers import HostPool
+    from sweeper.run.workers import HostPool, Worker
 
 
 def resume_hint() -> str:
@@ -214,17 +214,22 @@ def _optimize(run: _Run, study: str, trials: int, timeout: float | None, storage
                       export)
         err.print(f"error: sweep stopped: {one_line(str(exc))}", markup=False, soft_wrap=True)
         raise typer.Exit(1) from None
-    # the confirm phase runs on the first host still in the sweep (not one retired)
-    sweep = (pool.live or [pool.primary])[0].session
-    start = after_sweep(sweep.study, spec, sampler, confirm, no_confirm,
-                        summary.stopped_because == "interrupted")
-    for note in start.notes:
-        out.print(note)
-    if start.run:
-        # a kill from here on resumes the confirm phase, not a new batch of trials
-        assert pool.budget is not None
-        pool.budget.save(pool.study, trials, phase="confirm")
-        _confirm(sweep, start.plan.top, start.plan.runs, reporter, start.plan.rounds)
+    # each group of hardware confirms its own leaders (results are compared only within
+    # one) on its first host still in the sweep (not one retired), one group after another
+    hosts = _confirm_hosts(pool)
+    for w in hosts:
+        start = after_sweep(w.study, spec, sampler, confirm, no_confirm,
+                            summary.stopped_because == "interrupted", w.session.trials())
+        if len(hosts) > 1 and (start.run or start.notes):
+            out.print(f"Group {w.group} ({w.label}):", markup=False)
+        for note in start.notes:
+            out.print(note)
+        if start.run:
+            # a kill from here on resumes the confirm phase, not a new batch of trials
+            assert pool.budget is not None
+            pool.budget.save(pool.study, trials, phase="confirm")
+            _confirm(w.session, start.plan.top, start.plan.runs, reporter, start.plan.rounds)
+    sweep = hosts[0].session
     pool.done()
     run.done = True
     reporter.close()
@@ -233,6 +238,15 @@ def _optimize(run: _Run, study: str, trials: int, timeout: float | None, storage
                   export, trial_groups(measured))
     if len(spec.hosts) > 1:  # each host's state, and each group's winner when several
         print_hosts(out, pool.study, spec.benchmark.aggregate, measured)
+
+
+def _confirm_hosts(pool: HostPool) -> list[Worker]:
+    """The host each group's confirm phase runs on: its first one still in the sweep, the
+    groups in the order of their hosts (no host left: the first, for the one group)."""
+    first: dict[str | None, Worker] = {}
+    for w in pool.live:
+        first.setdefault(w.group or None, w)
+    return list(first.values()) or [pool.primary]
 
 
 def _confirm(sweep: HostSession, top: int, runs: int, reporter: ConsoleReporter,

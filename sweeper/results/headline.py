@@ -17,6 +17,7 @@ from optuna.trial import FrozenTrial, TrialState
 import sweeper.results.verdict as R
 from sweeper.measure.stats import Ratio, noise_measured, speedup
 from sweeper.results import attrs as A
+from sweeper.results.confirmed import confirmed_for
 from sweeper.results.simplest import Simplest, simplest_tied
 from sweeper.results.simplest import describe as describe_simplest
 from sweeper.study.objective import Objective
@@ -291,7 +292,7 @@ def _simplest(study: optuna.Study, trials: list[FrozenTrial],
     start = next((t for t in trials if t.user_attrs.get(A.ROLE) == A.START_FROM
                   and t.user_attrs.get(A.EFFECTIVE)), None)
     defaults = dict(start.user_attrs[A.EFFECTIVE]) if start is not None else {}
-    lossy = set(R.cannot_win(study.user_attrs.get(A.CONFIRMED)))
+    lossy = set(R.cannot_win(confirmed_for(study, trials)))
     pool = [r for r in R.config_results(trials) if r.config_id not in lossy]
     best = next((r for r in pool if r.config_id == v.best.config_id), v.best)
     return simplest_tied(best, pool, defaults)

@@ -27,6 +27,7 @@ import sweeper.results.verdict as R
 from sweeper.errors import InputError
 from sweeper.results import attrs as A
 from sweeper.results import figures
+from sweeper.results.confirmed import confirmed_for
 from sweeper.results.headline import SIM_NOTE, Headline
 from sweeper.results.hosts import of_group
 from sweeper.results.kind import TrialKind, kind_of
@@ -317,7 +318,7 @@ def _page(spec: StudySpec, study: optuna.Study, trials: list[FrozenTrial], group
         parts.append("<h2>Not drawn</h2><ul>" + "".join(
             f'<li class="missing" id="missing-{name}">Not drawn: {titles[name]}: '
             f"{esc(why)}.</li>" for name, why in missing.items()) + "</ul>")
-    confirm_rows = _confirm_rows(study.user_attrs.get(A.CONFIRMED), trials)
+    confirm_rows = _confirm_rows(confirmed_for(study, trials), trials)
     if confirm_rows:
         parts.append("<h2>Confirm phase (fresh, interleaved runs)</h2>"
                      + _table(pd.DataFrame(confirm_rows)))

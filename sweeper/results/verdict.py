@@ -34,6 +34,7 @@ from sweeper.measure.stats import (
 )
 from sweeper.measure.sure import Estimate, p_within_starts, posterior_log_means
 from sweeper.results import attrs as A
+from sweeper.results.confirmed import confirmed_for
 from sweeper.results.kind import TrialKind, kind_of
 from sweeper.results.labels import short_params  # noqa: F401 - re-exported
 from sweeper.results.levels import LevelRuns, level_winners, pareto_front
@@ -255,7 +256,7 @@ def cannot_win(confirmed: dict[str, Any] | None) -> dict[str, str]:
 def verdict(study: optuna.Study, objective: str = "mean",
             trials: Sequence[FrozenTrial] | None = None) -> Verdict:
     trials = trials if trials is not None else study.get_trials(deepcopy=False)
-    confirmed = study.user_attrs.get(A.CONFIRMED)
+    confirmed = confirmed_for(study, trials)
     goal = study_goal(study)
     lossy = set(cannot_win(confirmed))
     if len(goal.levels) > 1:

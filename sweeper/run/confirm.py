@@ -17,6 +17,7 @@ table (confirm_table.py) says so.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,8 @@ from sweeper.measure.stats import (
     without_prompt_effects,
 )
 from sweeper.results import attrs as A
+from sweeper.results.confirmed import confirmed_for, record_confirmed
+from sweeper.results.groups import trial_groups
 from sweeper.results.headline import mark_best
 from sweeper.results.kind import TrialKind, kind_of
 from sweeper.run.confirm_runs import VisitRuns, visit_runs
@@ -108,12 +111,12 @@ def _texts(result: BenchResult) -> dict[int, str]:
     return out
 
 
-def leaders(study: optuna.Study, objective: str, top: int) -> list[str]:
-    """The configurations a confirm phase of the top ``top`` would re-measure now: ranked
-    on the sweep's measurements alone, so that the confirm phase's own runs (which pool
-    into the verdict) do not make the leaders look changed right after it."""
-    return [r.config_id for r in _ranked_by_sweep(study.get_trials(deepcopy=False),
-                                                  objective)[:top]]
+def leaders(trials: Sequence[FrozenTrial], objective: str, top: int) -> list[str]:
+    """The configurations a confirm phase of the top ``top`` would re-measure now (of
+    ``trials``: one group's): ranked on the sweep's measurements alone, so that the
+    confirm phase's own runs (which pool into the verdict) do not make the leaders look
+    changed right after it."""
+    return [r.config_id for r in _ranked_by_sweep(list(trials), objective)[:top]]
 
 
 def _ranked_by_sweep(trials: list[FrozenTrial], objective: str) -> list[R.ConfigResult]:
@@ -121,11 +124,14 @@ def _ranked_by_sweep(trials: list[FrozenTrial], objective: str) -> list[R.Config
     return [r for r in R.ranked(swept, objective) if not r.is_baseline]
 
 
-def leaders_changed(study: optuna.Study, objective: str, top: int) -> bool:
-    """Whether the leaders differ from those the last confirm phase measured (a top-up
-    that did not change them needs no new confirm phase)."""
-    last = study.user_attrs.get(A.CONFIRMED) or {}
-    return sorted(last.get("leaders", [])) != sorted(leaders(study, objective, top))
+def leaders_changed(study: optuna.Study, objective: str, top: int,
+                    trials: Sequence[FrozenTrial] | None = None) -> bool:
+    """Whether the leaders of ``trials`` (one group's; default: the study's) differ from
+    those the last confirm phase on them measured (a top-up that did not change them needs
+    no new confirm phase)."""
+    trials = study.get_trials(deepcopy=False) if trials is None else trials
+    last = confirmed_for(study, trials) or {}
+    return sorted(last.get("leaders", [])) != sorted(leaders(trials, objective, top))
 
 
 MODEL_CONFIRM_TOP = 2  # leaders the model sampler's confirm phase measures again
@@ -175,10 +181,13 @@ class ConfirmStart:
 
 
 def after_sweep(study: optuna.Study, spec: StudySpec, sampler: str | None, top: int | None,
-                skip: bool, interrupted: bool) -> ConfirmStart:
+                skip: bool, interrupted: bool,
+                trials: Sequence[FrozenTrial] | None = None) -> ConfirmStart:
     """Whether the sweep that just ended goes on into its confirm phase: not when it was
     interrupted, when nothing speculative was measured, or when the leaders are the ones
-    the last confirm phase measured (a top-up that did not change them)."""
+    the last confirm phase measured (a top-up that did not change them). ``trials``: one
+    group's (default: the study's)."""
+    trials = study.get_trials(deepcopy=False) if trials is None else trials
     plan = confirm_plan(spec, sampler, top, skip)
     notes: list[str] = []
     if plan.racing:
@@ -188,10 +197,10 @@ def after_sweep(study: optuna.Study, spec: StudySpec, sampler: str | None, top: 
     if plan.top <= 0 or interrupted:
         return ConfirmStart(plan, False, tuple(notes))
     objective = spec.benchmark.aggregate
-    if not leaders(study, objective, plan.top):
+    if not leaders(trials, objective, plan.top):
         notes.append("Confirm phase skipped: no speculative configuration was measured.")
         return ConfirmStart(plan, False, tuple(notes))
-    if not leaders_changed(study, objective, plan.top):
+    if not leaders_changed(study, objective, plan.top, trials):
         one = plan.top == 1
         which = "the leader is the configuration" if one else \
             f"the top {plan.top} are the configurations"
@@ -316,7 +325,7 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2,
                 for c in cands}
     # The verdict's state stays small (the dashboard lists study attributes); the whole
     # phase, every run included, is a study artifact (confirm.json) beside it.
-    study.set_user_attr(A.CONFIRMED, {
+    record_confirmed(study, sweep.group, {
         "winner": winner.result.config_id,
         "leaders": [c.result.config_id for c in contenders],
         "trials": {c.result.config_id: c.trials for c in cands},
@@ -324,7 +333,10 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2,
         "failed_starts": {c.result.config_id: c.failed for c in cands if c.failed},
         "runs_per_config": per_visit * rounds, "rounds": rounds,
     })
-    sweep.recorder.upload_study_json("confirm.json", {
+    several = len(trial_groups(study.get_trials(deepcopy=False))) > 1
+    name = f"confirm-{sweep.group}.json" if several and sweep.group else "confirm.json"
+    sweep.recorder.upload_study_json(name, {
+        "group": sweep.group,
         "winner": winner.result.config_id, "runs_per_config": per_visit * rounds,
         "rounds": rounds,
         "results": [{"config_id": c.result.config_id, "effective": c.result.effective,
