@@ -8,6 +8,7 @@ dashboard's study note all come from one ``Headline``, so they cannot disagree.
 from __future__ import annotations
 
 import math
+import shlex
 import warnings
 from dataclasses import dataclass, field
 
@@ -330,6 +331,14 @@ def mark_best(study: optuna.Study, objective: str = "mean") -> None:
     save_note(study, headline.markdown(study, simulated))
 
 
+def group_export(export: str, group: str) -> str:
+    """``export`` (the command that exports this study) for one group: ``--group`` before
+    its ``-o`` (the summary's and the dashboard's note's hint alike)."""
+    if " -o " in export:
+        return export.replace(" -o ", f" --group {group} -o ", 1)
+    return f"{export} --group {group}"
+
+
 def groups_markdown(study: optuna.Study, groups: list[tuple[str, Headline]],
                     simulated: bool) -> str:
     """The dashboard's study note when hosts of several kinds of hardware measured: each
@@ -341,7 +350,7 @@ def groups_markdown(study: optuna.Study, groups: list[tuple[str, Headline]],
              "*Best Trial* card ranks every trial as one: it may name another group's.", ""]
     for g, h in groups:
         parts += [f"### group {g}", "", *[f"- {line.strip()}" for line in h.lines()], "",
-                  f"Export it: `{export.replace(' -o ', f' --group {g!r} -o ', 1)}`", ""]
+                  f"Export it: `{group_export(export, shlex.quote(g))}`", ""]
     if simulated:
         parts.append(f"*{SIM_NOTE}*")
     return "\n".join(parts)

@@ -20,7 +20,7 @@ from rich.table import Table
 import sweeper.results.verdict as R
 from sweeper.measure.stats import summarize
 from sweeper.results import attrs as A
-from sweeper.results.headline import SIM_NOTE, Headline
+from sweeper.results.headline import SIM_NOTE, Headline, group_export
 from sweeper.results.hosts import print_hosts, trial_groups
 from sweeper.results.kind import TrialKind, kind_of
 from sweeper.results.labels import compact_params, compact_parts
@@ -60,7 +60,7 @@ def several_groups(groups: Sequence[str], export: str = "sweeper export") -> str
     are compared only within a group (each group's winner is printed with the hosts)."""
     return (f"Measured on {len(groups)} groups of hardware ({', '.join(groups)}): results "
             "are compared only within a group, each with its own winner ('group NAME: "
-            f"Best'). Export one: {export} --group NAME")
+            f"Best'). Export one: {group_export(export, 'NAME')}")
 
 
 def print_summary(console: Console, s: SweepSummary, headline: Headline,
