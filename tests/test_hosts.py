@@ -254,6 +254,20 @@ def test_the_confirm_phase_stays_within_its_hosts_group(tmp_path: Path) -> None:
     assert new and {t.user_attrs.get(A.GROUP) for t in new} == {"h200"}, new
     assert {t.user_attrs[A.CONFIG_ID] for t in new if t.user_attrs.get(A.ROLE) != A.BASELINE} \
         <= swept["h200"]
+    # `--group`: that group's leaders, on its host (not the first listed)
+    before = {t.number for t in optuna.load_study(study_name="t", storage=data["storage"]).trials}
+    other_group = run_cli("confirm", "--study", str(path), "--top", "1", "--runs", "2",
+                          "--group", "a100")
+    assert other_group.returncode == 0, other_group.stdout + other_group.stderr
+    assert "Confirming group a100's leaders" in other_group.stdout, other_group.stdout
+    new = [t for t in optuna.load_study(study_name="t", storage=data["storage"]).trials
+           if t.number not in before]
+    assert new and {t.user_attrs.get(A.GROUP) for t in new} == {"a100"}, new
+    assert {t.user_attrs.get(A.HOST) for t in new} == {f"local:{data['hosts'][1]['port']}"}
+    none = run_cli("confirm", "--study", str(path), "--group", "l40s")
+    assert none.returncode == 2 and re.search(r"--group l40s: study 't' has no measurement "
+                                              r"on it; its groups: (h200, a100|a100, h200)",
+                                              none.stderr), none.stderr
     data["hosts"][0]["group"] = "l40s"  # a first host of a group that measured nothing
     other = tmp_path / "other.yaml"
     other.write_text(yaml.safe_dump(data))

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from sweeper.run.progress import ConsoleReporter
     from sweeper.run.session import HostSession
     from sweeper.run.workers import HostPool, Worker
+    from sweeper.study import StudySpec
 
 
 def resume_hint() -> str:
@@ -288,25 +289,27 @@ def confirm(study: StudyOpt, storage: StorageOpt = None,
             runs: Annotated[int | None, typer.Option(min=1, help=(
                 "Runs per configuration, exactly (default: the study's confirm_runs, or "
                 "more when one server start is worth more on this node)"))] = None,
+            group: Annotated[str | None, typer.Option(
+                "--group", help="On a study measured on several kinds of hardware: confirm "
+                                "this group's leaders, on its first host (default: the "
+                                "first host's group).")] = None,
             port: PortOpt = None) -> None:
     """Re-measure the top configurations and the baseline, interleaved, and pick the
     winner on those fresh runs (what `export` then writes)."""
     from sweeper.measure.prompts import study_prompts
-    from sweeper.run.common import SweepOptions
     from sweeper.run.ctrlc import sigterm_as_interrupt
-    from sweeper.run.hostview import host_view
     from sweeper.run.ports import choose_port
     from sweeper.run.progress import ConsoleReporter
-    from sweeper.run.session import HostSession
 
     spec = load(study)
     study_prompts(spec.path, spec.benchmark.prompts, spec.benchmark.input_tokens)
     spec = choose_port(spec, storage or spec.storage, port).spec
+    if group is not None:
+        _check_group(spec, storage, group)  # before any host is reached
     reporter = ConsoleReporter(out)
-    sweep = HostSession(host_view(spec, 0), SweepOptions(trials=0, storage=storage), reporter)
-    sweep.open(require_existing=True)
+    sweep = _open_host_of(spec, storage, reporter, group)
     try:
-        sweep.group = _confirm_group(sweep)
+        sweep.group = _confirm_group(sweep, group)
         with sigterm_as_interrupt():  # SIGTERM, SIGHUP: the Ctrl-C path, the server stopped
             _confirm(sweep, top, runs or spec.sweep.confirm_runs, reporter,
                      exact=runs is not None)
@@ -315,25 +318,69 @@ def confirm(study: StudyOpt, storage: StorageOpt = None,
         sweep.close()
 
 
-def _confirm_group(sweep: HostSession) -> str | None:
-    """The group whose leaders `sweeper confirm` measures: its host's (the study's first),
-    when the study measured on several kinds of hardware (results are compared only within
-    one); None with one group (every trial, as the sweep compared them)."""
+def _check_group(spec: StudySpec, storage: str | None, group: str) -> None:
+    """``--group`` names a group that measured something in the stored study."""
+    from sweeper.results.hosts import trial_groups
+    from sweeper.results.storage import load_existing
+
+    url = storage or spec.storage
+    groups = trial_groups(load_existing(url, spec.name, str(spec.path), spec.storage)
+                          .get_trials(deepcopy=False))
+    if group not in groups:
+        raise InputError(f"--group {group}: study {spec.name!r} has no measurement on it; "
+                         f"its groups: {', '.join(groups) or 'none yet'}")
+
+
+def _host_group(sweep: HostSession) -> str:
     from sweeper.launch import LaunchConfig
     from sweeper.remote.groups import detect_group
+
+    return sweep.spec.hosts[0].group or detect_group(
+        sweep.host, LaunchConfig(sweep.spec.server.launcher).launcher_argv(sweep.python))
+
+
+def _open_host_of(spec: StudySpec, storage: str | None, reporter: ConsoleReporter,
+                  group: str | None) -> HostSession:
+    """The session of the host `sweeper confirm` runs on: the first host, or with
+    ``group`` the first of that group (a host that names its group in the study file is
+    not reached to ask; one that does not is asked its GPU type)."""
+    from sweeper.run.common import SweepOptions
+    from sweeper.run.hostview import host_view
+    from sweeper.run.session import HostSession
+
+    for i, h in enumerate(spec.hosts):
+        if group is not None and h.group and h.group != group:
+            continue
+        sweep = HostSession(host_view(spec, i), SweepOptions(trials=0, storage=storage),
+                            reporter)
+        sweep.open(require_existing=True)
+        try:
+            if group is None or h.group or _host_group(sweep) == group:
+                return sweep
+        except BaseException:
+            sweep.close()
+            raise
+        sweep.close()
+    raise InputError(f"{spec.path}: hosts: none is of group {group!r}; add one of that "
+                     "group (hosts[i].group) to confirm its leaders")
+
+
+def _confirm_group(sweep: HostSession, wanted: str | None = None) -> str | None:
+    """The group whose leaders `sweeper confirm` measures: its host's (``--group``, else
+    the study's first host's), when the study measured on several kinds of hardware
+    (results are compared only within one); None with one group (every trial, as the
+    sweep compared them)."""
     from sweeper.results.hosts import trial_groups
 
     groups = trial_groups(sweep.study.get_trials(deepcopy=False))
     if len(groups) < 2:
         return None
-    h = sweep.spec.hosts[0]
-    group = h.group or detect_group(
-        sweep.host, LaunchConfig(sweep.spec.server.launcher).launcher_argv(sweep.python))
+    group = wanted or _host_group(sweep)
     if group not in groups:
         raise InputError(f"{sweep.spec.path}: hosts[0] ({sweep.host.name}) is of group "
                          f"{group!r}, which measured nothing in study {sweep.spec.name!r}; "
                          f"its groups: {', '.join(groups)}. List first a host of the group "
-                         "to confirm")
+                         "to confirm, or pass --group")
     out.print(f"Confirming group {group}'s leaders on {sweep.host.name} (the study was "
               f"measured on {len(groups)} groups of hardware: {', '.join(groups)}).",
               markup=False, soft_wrap=True)

@@ -403,8 +403,9 @@ def _visit(sweep: HostSession, cand: Candidate, tag: str, bench: Any,
     before the server starts, so a sweeper killed here leaves a server someone can find."""
     rec = sweep.recorder
     role = A.BASELINE if cand.result.is_baseline else A.CONFIRM_ROLE
-    slot = rec.new_running(cand.params, cand.distributions,
-                           {A.CONFIRM: True, **({A.GROUP: sweep.group} if sweep.group else {})})
+    where = {A.HOST: sweep.spec.hosts[0].label, **({A.GROUP: sweep.group} if sweep.group
+                                                   else {})}  # the sweep's trials say so too
+    slot = rec.new_running(cand.params, cand.distributions, {A.CONFIRM: True, **where})
     rec.begin(slot, role=role, config=cand.config, effective=cand.result.effective,
               command=cand.config.command_line(sweep.python))
     try:
