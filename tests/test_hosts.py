@@ -233,6 +233,9 @@ def test_the_confirm_phase_stays_within_its_hosts_group(tmp_path: Path) -> None:
     one = run_cli("export", "--study", str(path), "-o", str(out), "--group", "a100")
     assert one.returncode == 0, one.stderr
     assert "GPU a100" in out.read_text() and a100.removeprefix("group a100: ") in one.stdout
+    status = run_cli("status", "--study", str(path))  # the hint: the sweep's own command
+    assert f"Export one: sweeper export --study {path} --group NAME -o best.yaml" in \
+        " ".join(status.stdout.split()), status.stdout
     # the report and the dashboard's note: a winner per group, none across them
     mixed = run_cli("report", "--study", str(path))
     assert mixed.returncode == 2 and "pass --group" in mixed.stderr, mixed.stderr

@@ -196,7 +196,9 @@ def print_status(console: Console, spec: StudySpec, storage_url: str,
     print_hosts(console, study, spec.benchmark.aggregate, trials)
     groups = trial_groups(trials)
     if len(groups) > 1:
-        console.print(several_groups(groups), markup=False, soft_wrap=False)
+        # the export command the sweep recorded (the dashboard's note gives the same)
+        export = str(study.user_attrs.get(A.EXPORT) or "sweeper export")
+        console.print(several_groups(groups, export), markup=False, soft_wrap=False)
     else:
         for line in Headline.of(study, spec.benchmark.aggregate, trials).lines():
             console.print(line, soft_wrap=False)  # wrapped at words to the terminal's width
