@@ -319,16 +319,13 @@ def confirm(study: StudyOpt, storage: StorageOpt = None,
 
 
 def _check_group(spec: StudySpec, storage: str | None, group: str) -> None:
-    """``--group`` names a group that measured something in the stored study."""
-    from sweeper.results.hosts import trial_groups
+    """``--group`` names a group that measured something in the stored study (the check
+    export and report make)."""
+    from sweeper.results.hosts import of_group
     from sweeper.results.storage import load_existing
 
-    url = storage or spec.storage
-    groups = trial_groups(load_existing(url, spec.name, str(spec.path), spec.storage)
-                          .get_trials(deepcopy=False))
-    if group not in groups:
-        raise InputError(f"--group {group}: study {spec.name!r} has no measurement on it; "
-                         f"its groups: {', '.join(groups) or 'none yet'}")
+    stored = load_existing(storage or spec.storage, spec.name, str(spec.path), spec.storage)
+    of_group(spec, stored.get_trials(deepcopy=False), group)
 
 
 def _host_group(sweep: HostSession) -> str:

@@ -238,9 +238,7 @@ class Headline:
                      "The dashboard's Pareto-front plot shows them against every trial.", "",
                      *[f"- {line.strip()}" for line in self.front_lines()[1:]], "",
                      "### Winner per level", "", *[f"- {x}" for x in self.level_lines()], "",
-                     "Export one level's winner: `" + str(
-                         study.user_attrs.get(A.EXPORT)
-                         or f"sweeper export --study {name} -o best.yaml").replace(
+                     "Export one level's winner: `" + export_hint(study).replace(
                          " -o best.yaml", " --at LEVEL -o best.yaml") + "`"]
             if simulated:
                 parts += ["", f"*{SIM_NOTE}*"]
@@ -263,9 +261,7 @@ class Headline:
         if len(self.goal.levels) > 1:
             parts += ["", f"Tuned for {self.goal.describe()}.", "", "### Winner per level", "",
                       *[f"- {x}" for x in self.level_lines()]]
-        # the command optimize was given (study path, storage), else the study's name
-        export = str(study.user_attrs.get(A.EXPORT)
-                     or f"sweeper export --study {name} -o best.yaml")
+        export = export_hint(study)
         parts += ["", f"Export it: `{export}`"]
         if len(self.goal.levels) > 1:
             at_level = export.replace(" -o best.yaml", " --at LEVEL -o best.yaml")
@@ -331,6 +327,13 @@ def mark_best(study: optuna.Study, objective: str = "mean") -> None:
     save_note(study, headline.markdown(study, simulated))
 
 
+def export_hint(study: optuna.Study) -> str:
+    """The command that exports this study: the one optimize was given (study path,
+    storage; cli/common.export_command), else by the study's name."""
+    return str(study.user_attrs.get(A.EXPORT)
+               or f"sweeper export --study {study.study_name} -o best.yaml")
+
+
 def group_export(export: str, group: str) -> str:
     """``export`` (the command that exports this study) for one group: ``--group`` before
     its ``-o`` (the summary's and the dashboard's note's hint alike)."""
@@ -343,8 +346,7 @@ def groups_markdown(study: optuna.Study, groups: list[tuple[str, Headline]],
                     simulated: bool) -> str:
     """The dashboard's study note when hosts of several kinds of hardware measured: each
     group's winner and how to export it (Optuna's *Best Trial* card ranks across them)."""
-    export = str(study.user_attrs.get(A.EXPORT)
-                 or f"sweeper export --study {study.study_name} -o best.yaml")
+    export = export_hint(study)
     parts = [f"## Measured on {len(groups)} groups of hardware", "",
              "Results are compared only within a group, each with its own winner. Optuna's "
              "*Best Trial* card ranks every trial as one: it may name another group's.", ""]

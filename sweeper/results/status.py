@@ -20,7 +20,7 @@ from rich.table import Table
 import sweeper.results.verdict as R
 from sweeper.measure.stats import summarize
 from sweeper.results import attrs as A
-from sweeper.results.headline import SIM_NOTE, Headline, group_export
+from sweeper.results.headline import SIM_NOTE, Headline, export_hint, group_export
 from sweeper.results.hosts import print_hosts, trial_groups
 from sweeper.results.kind import TrialKind, kind_of
 from sweeper.results.labels import compact_params, compact_parts
@@ -196,9 +196,8 @@ def print_status(console: Console, spec: StudySpec, storage_url: str,
     print_hosts(console, study, spec.benchmark.aggregate, trials)
     groups = trial_groups(trials)
     if len(groups) > 1:
-        # the export command the sweep recorded (the dashboard's note gives the same)
-        export = str(study.user_attrs.get(A.EXPORT) or "sweeper export")
-        console.print(several_groups(groups, export), markup=False, soft_wrap=False)
+        console.print(several_groups(groups, export_hint(study)), markup=False,
+                      soft_wrap=False)
     else:
         for line in Headline.of(study, spec.benchmark.aggregate, trials).lines():
             console.print(line, soft_wrap=False)  # wrapped at words to the terminal's width
