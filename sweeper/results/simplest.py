@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sweeper.results.verdict as R
-from sweeper.measure.stats import Ratio, speedup
+from sweeper.measure.stats import Ratio
 
 TIE_TOL = 0.01
 RULE = (f"tied: the difference's 95% interval includes 0 and the means are within "
@@ -67,7 +67,9 @@ def simplest_tied(best: R.ConfigResult | None, candidates: Sequence[R.ConfigResu
     for r in candidates:
         if r.config_id == best.config_id or r.is_baseline or len(r.runs) < 2:
             continue
-        ratio = speedup(r.runs, best.runs)
+        ratio = R.speedup_over(r, best)  # two levels, as the winner was ranked
+        if ratio is None:
+            continue
         if math.isnan(ratio.low) or not (ratio.low <= 1.0 <= ratio.high) \
                 or ratio.ratio < 1.0 - TIE_TOL:
             continue

@@ -65,13 +65,18 @@ class ConfigResult:
 
     @property
     def stats(self) -> Stats:
-        """The pooled runs' summary; its interval is the two-level one (the between-start
-        variance included) when ``config_results`` estimated it."""
+        """The pooled runs' summary. When ``config_results`` estimated two levels, its mean
+        and interval are the two-level ones: each start weighed by what it says (a start
+        measured longer, often *because* it led, no longer outweighs the others by its run
+        count), runs compared prompt by prompt, the between-start variance in the interval.
+        That is the figure configurations are ranked by (``ranked``), so the winner's
+        figure, its speedup and the ties with it all agree with the ranking."""
         st = summarize(self.runs)
-        if self.two is None or st.n < 2 or not self.two.se:
+        if self.two is None or st.n < 2 or not self.two.se:  # no spread: as pooled
             return st
+        mean = self.two.mean
         half = math.exp(Z95 * self.two.se)
-        return replace(st, ci_low=st.mean / half, ci_high=st.mean * half)
+        return replace(st, mean=mean, ci_low=mean / half, ci_high=mean * half)
 
     def by_start(self) -> list[list[float]]:
         """Runs by start for the two-level statistics (prompt-adjusted when known)."""
@@ -319,9 +324,10 @@ def speedup_over(result: ConfigResult, base: ConfigResult | None) -> Ratio | Non
     if base is None or not result.runs or not base.runs:
         return None
     if result.two is not None and base.two is not None:
-        r = speedup(result.runs, base.runs)
+        # the two-level means (``ConfigResult.stats``'s): the figures the summary prints
+        ratio = result.two.mean / base.two.mean
         se = math.hypot(result.two.se, base.two.se)
-        return Ratio(r.ratio, r.ratio * math.exp(-Z95 * se), r.ratio * math.exp(Z95 * se))
+        return Ratio(ratio, ratio * math.exp(-Z95 * se), ratio * math.exp(Z95 * se))
     return speedup(result.runs, base.runs)
 
 
