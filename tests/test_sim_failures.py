@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 from sweeper.sim.harness import http_get, stream_chat
@@ -27,6 +28,14 @@ def test_capture_oom_is_503_first_then_sglang_messages_and_exit(spawn) -> None:
     assert "torch.OutOfMemoryError: CUDA out of memory" in log
     assert "Capture cuda graph failed" in log
     assert "fired up" not in log
+    # PyTorch's message, with figures that add up as a real GPU's do
+    m = re.search(r"total capacity of ([\d.]+) GiB of which ([\d.]+) GiB is free\. Including "
+                  r"non-PyTorch memory, this process has ([\d.]+) GiB memory in use\. Of the "
+                  r"allocated memory ([\d.]+) GiB is allocated by PyTorch, and ([\d.]+) GiB",
+                  log)
+    assert m is not None, log
+    total, free, in_use, allocated, reserved = map(float, m.groups())
+    assert abs(free + in_use - total) < 0.02 and allocated + reserved < in_use, m.group(0)
 
 
 def test_mem_fraction_too_low_is_not_enough_memory(spawn) -> None:

@@ -90,13 +90,24 @@ def not_enough_memory(log: SimLog) -> None:
     )
 
 
+NON_PYTORCH_GB = 0.8  # the CUDA context and NCCL's buffers: in use, not PyTorch's
+
+
 def capture_oom(log: SimLog, plan: MemoryPlan) -> None:
+    # PyTorch's wording, with figures that add up: the capture has used what was free but
+    # a remainder when the next graph does not fit; the process's memory in use is the rest
+    # of the GPU, of which the CUDA context and NCCL's buffers are not PyTorch's
     need = max(plan.graph_gb - plan.free_gb, 0.25)
-    free = max(plan.free_gb, 0.0)
+    free = min(max(plan.free_gb, 0.0), 0.30)
+    in_use = plan.total_gb - free
+    reserved = 0.20
+    allocated = max(in_use - NON_PYTORCH_GB - reserved, 0.0)
     oom = (
         f"CUDA out of memory. Tried to allocate {need:.2f} GiB. GPU 0 has a total capacity of "
-        f"{plan.total_gb:.2f} GiB of which {free:.2f} GiB is free. Of the allocated memory "
-        f"{plan.static_gb + plan.graph_gb:.2f} GiB is allocated by PyTorch."
+        f"{plan.total_gb:.2f} GiB of which {free:.2f} GiB is free. Including non-PyTorch "
+        f"memory, this process has {in_use:.2f} GiB memory in use. Of the allocated memory "
+        f"{allocated:.2f} GiB is allocated by PyTorch, and {reserved:.2f} GiB is reserved by "
+        "PyTorch but unallocated."
     )
     log.raw(
         "Traceback (most recent call last):\n"
