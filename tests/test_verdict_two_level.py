@@ -94,7 +94,10 @@ def test_a_long_lucky_start_weighs_as_one_start_in_the_figure_the_speedup_and_th
     longer" does for a start that leads) does not outweigh the others by its run count.
     Pooled run by run, "s" reads 2% above "w"; start by start it is 1% below, and "w"
     ranks first. Its figure, its speedup and the simplest's tie with it say the same."""
-    from sweeper.results.simplest import simplest_tied
+    from dataclasses import replace
+
+    from sweeper.measure.stats import Ratio
+    from sweeper.results.simplest import describe, simplest_tied
 
     study = optuna.create_study(direction="maximize")
     _add(study, "base", _runs(60.0, 1.0, [0] * 40, 1), None, A.BASELINE)
@@ -118,6 +121,12 @@ def test_a_long_lucky_start_weighs_as_one_start_in_the_figure_the_speedup_and_th
     assert tie is not None and tie.result.config_id == "s"
     assert tie.vs_winner.ratio == pytest.approx(s.two.mean / w.two.mean)
     assert tie.vs_winner.ratio < 1.0
+    assert "recommended if fewer settings matter more than that difference" in describe(tie)
+    # a tie that reads above the winner (the verdict's winner is the confirm phase's):
+    # nothing is given up, and the line does not ask the reader to weigh a loss
+    above = replace(tie, vs_winner=Ratio(1.009, 0.972, 1.047))
+    assert "+0.9% [-2.8, +4.7] against it: recommended: as fast within the noise" in \
+        describe(above)
 
 
 def test_prompt_effects_take_the_prompts_spread_out_of_the_comparison() -> None:
