@@ -174,13 +174,15 @@ def test_the_start_spread_counts_configurations_in_good_english() -> None:
     from sweeper.results.verdict import Verdict
 
     assert "(s)" not in (Verdict.start_text.__doc__ or "")
-    texts = []
-    for configs in (1, 2):
-        v = Verdict.__new__(Verdict)
-        v.start = type("S", (), {"sd": 0.023, "configs": configs})()  # type: ignore[attr-defined]
-        texts.append(Verdict.start_text(v) or "")
+    from sweeper.measure.stats import StartVariance
+
+    texts = [Verdict(None, None, False, start=StartVariance(0.023**2, configs, configs + p,
+                                                            prior_df=p)).start_text() or ""
+             for configs, p in ((1, 2.0), (2, 1.0))]
     assert "from 1 configuration measured" in texts[0]
+    assert "counted as 2 such configurations)" in texts[0]
     assert "from 2 configurations measured" in texts[1]
+    assert "counted as 1 such configuration)" in texts[1]
 
 
 def test_help_lists_every_command_whole_and_every_bench_option_has_help() -> None:

@@ -192,8 +192,14 @@ def test_a_between_start_spread_at_its_floor_is_not_stated_as_zero() -> None:
     assert flat.start_text() == ("server starts differ by less than their runs' noise can "
                                  "show (from 2 configurations measured on two starts or more)")
     some = R.Verdict(None, None, False, start=StartVariance(0.012**2, 1, 3.0))
-    assert some.start_text() == ("server starts differ by 1.2% (sd of a start's speed, from "
-                                 "1 configuration measured on two starts or more)")
+    # with one replicated configuration the figure is mostly the prior's guess: it says so,
+    # and its interval (chi-square on 3 degrees of freedom: 1.2% x [0.57, 3.73]) is wide
+    assert some.start_text() == (
+        "server starts differ by 1.2% [0.7%, 4.5%] (sd of a start's speed, with its 95% "
+        "interval; from 1 configuration measured on two starts or more, and a prior guess "
+        "of 2.0% counted as 2 such configurations)")
+    many = StartVariance(0.015**2, 40, 42.0).sd_interval()
+    assert 0.012 < many[0] < 0.013 and 0.0185 < many[1] < 0.0195  # forty: a narrow interval
 
 
 def test_a_baseline_alone_is_not_said_to_have_beaten_anything() -> None:

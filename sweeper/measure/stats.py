@@ -205,11 +205,23 @@ class StartVariance:
     tau2: float
     configs: int  # configurations measured on two starts or more
     df: float  # degrees of freedom of the evidence, the prior's included
+    prior_sd: float = START_PRIOR_SD  # the guess it starts from, and its weight in df
+    prior_df: float = START_PRIOR_DF
 
     @property
     def sd(self) -> float:
         """The between-start spread as a relative figure (0.015: 1.5%)."""
         return math.sqrt(self.tau2)
+
+    def sd_interval(self) -> tuple[float, float]:
+        """A 95% interval of ``sd``, as for a variance on ``df`` degrees of freedom (the
+        scaled chi-square of a pooled variance; the method of moments' estimate is only
+        roughly that, so the interval is a guide to how much the figure rests on)."""
+        if self.df <= 0 or self.tau2 <= 0:
+            return (0.0, math.inf)
+        lo = self.tau2 * self.df / float(_st.chi2.ppf(0.5 + CONFIDENCE / 2, self.df))
+        hi = self.tau2 * self.df / float(_st.chi2.ppf(0.5 - CONFIDENCE / 2, self.df))
+        return (math.sqrt(lo), math.sqrt(hi))
 
 
 def start_variance(groups: Sequence[Starts], prior_sd: float = START_PRIOR_SD,
@@ -237,8 +249,8 @@ def start_variance(groups: Sequence[Starts], prior_sd: float = START_PRIOR_SD,
         den += k - 1
         configs += 1
     if den <= 0:
-        return StartVariance(0.0, 0, 0.0)
-    return StartVariance(max(num / den, 0.0), configs, den)
+        return StartVariance(0.0, 0, 0.0, prior_sd, prior_df)
+    return StartVariance(max(num / den, 0.0), configs, den, prior_sd, prior_df)
 
 
 @dataclass(frozen=True)

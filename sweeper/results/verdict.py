@@ -145,7 +145,7 @@ def two_levels(results: Sequence[ConfigResult], tau2: float | None = None) -> St
     groups = [r.by_start() for r in results]
     sv = start_variance(groups)
     if tau2 is not None:
-        sv = StartVariance(tau2, sv.configs, sv.df)
+        sv = replace(sv, tau2=tau2)
     floor = math.sqrt(within_variance(groups))
     for r in results:
         r.two = two_level(r.by_start(), sv.tau2, floor)
@@ -218,7 +218,14 @@ class Verdict:
             # more closely than their runs' noise allows; "0.0%" would read as measured
             return (f"server starts differ by less than their runs' noise can show (from "
                     f"{source})")
-        return f"server starts differ by {self.start.sd:.1%} (sd of a start's speed, from {source})"
+        lo, hi = self.start.sd_interval()
+        prior = ""
+        if self.start.prior_df > 0:  # with few replicates the figure is mostly this guess
+            worth = f"{self.start.prior_df:g} such configuration" + \
+                ("" if self.start.prior_df == 1 else "s")
+            prior = f", and a prior guess of {self.start.prior_sd:.1%} counted as {worth}"
+        return (f"server starts differ by {self.start.sd:.1%} [{lo:.1%}, {hi:.1%}] (sd of a "
+                f"start's speed, with its 95% interval; from {source}{prior})")
 
     @property
     def levels(self) -> tuple[int, ...]:
