@@ -34,6 +34,8 @@ PortOpt = Annotated[int | None, typer.Option(
                            "none gets a port of its own).")]
 
 if TYPE_CHECKING:
+    from sweeper.run.confirm import ConfirmStart
+    from sweeper.run.confirm_runs import VisitRuns
     from sweeper.run.progress import ConsoleReporter
     from sweeper.run.session import HostSession
     from sweeper.run.workers import HostPool, Worker
@@ -216,20 +218,29 @@ def _optimize(run: _Run, study: str, trials: int, timeout: float | None, storage
         err.print(f"error: sweep stopped: {one_line(str(exc))}", markup=False, soft_wrap=True)
         raise typer.Exit(1) from None
     # each group of hardware confirms its own leaders (results are compared only within
-    # one) on its first host still in the sweep (not one retired), one group after another
+    # one) on its first host still in the sweep (not one retired), the groups at once
     hosts = _confirm_hosts(pool)
-    for w in hosts:
-        start = after_sweep(w.study, spec, sampler, confirm, no_confirm,
-                            summary.stopped_because == "interrupted", w.session.trials())
+    starts = [(w, after_sweep(w.study, spec, sampler, confirm, no_confirm,
+                              summary.stopped_because == "interrupted", w.session.trials()))
+              for w in hosts]
+    jobs = [(w, start) for w, start in starts if start.run]
+    for w, start in starts:
+        if len(jobs) > 1 and start.run:
+            continue  # said with its group's announcement (_confirm_at_once)
         if len(hosts) > 1 and (start.run or start.notes):
             out.print(f"Group {w.group} ({w.label}):", markup=False)
         for note in start.notes:
             out.print(note)
-        if start.run:
-            # a kill from here on resumes the confirm phase, not a new batch of trials
-            assert pool.budget is not None
-            pool.budget.save(pool.study, trials, phase="confirm")
-            _confirm(w.session, start.plan.top, start.plan.runs, reporter, start.plan.rounds)
+    if jobs:
+        # a kill from here on resumes the confirm phase, not a new batch of trials
+        assert pool.budget is not None
+        pool.budget.save(pool.study, trials, phase="confirm")
+    if len(jobs) == 1:
+        plan = jobs[0][1].plan
+        _confirm(jobs[0][0].session, plan.top, plan.runs, reporter, plan.rounds)
+    elif jobs:
+        _confirm_at_once([(w.group or "", w.label, w.session, start) for w, start in jobs],
+                         reporter)
     sweep = hosts[0].session
     pool.done()
     run.done = True
@@ -250,13 +261,11 @@ def _confirm_hosts(pool: HostPool) -> list[Worker]:
     return list(first.values()) or [pool.primary]
 
 
-def _confirm(sweep: HostSession, top: int, runs: int, reporter: ConsoleReporter,
-             rounds: int = 2, exact: bool = False) -> None:
-    from sweeper.run.confirm import run_confirm
+def _announce(sweep: HostSession, top: int, runs: int, rounds: int,
+              exact: bool = False) -> VisitRuns:
+    """Say what the confirm phase will measure; its runs per visit."""
     from sweeper.run.confirm_runs import visit_runs
-    from sweeper.run.confirm_table import print_confirm
 
-    reporter.close()  # the sweep's bar is done; the confirm phase gets its own
     which = "the leader" if top == 1 else f"the top {top} configurations"
     visit = visit_runs(sweep.trials(), sweep.bench_spec, runs, rounds,
                        exact)
@@ -267,6 +276,59 @@ def _confirm(sweep: HostSession, top: int, runs: int, reporter: ConsoleReporter,
                   f"each of {visit.runs} runs ({why}).", markup=False, soft_wrap=True)
     else:
         out.print(f"Confirm phase: {which} and the baseline, {runs} runs each, interleaved.")
+    return visit
+
+
+def _confirm_at_once(groups: list[tuple[str, str, HostSession, ConfirmStart]],
+                     reporter: ConsoleReporter) -> None:
+    """Each group's confirm phase on its own host, all at once (run/confirm_groups.py),
+    then each group's table; the first group's error, if any, once every table is out."""
+    from sweeper.run.confirm_groups import GroupConfirm, confirm_groups
+    from sweeper.run.confirm_table import print_confirm
+
+    reporter.close()  # the sweep's bar is done; the confirm phase gets its own
+    out.print("Each group confirms its leaders on its own host, all groups at the same time.")
+    jobs = []
+    for group, label, session, start in groups:
+        out.print(f"Group {group} ({label}):", markup=False)
+        for note in start.notes:
+            out.print(note)
+        plan = start.plan
+        visit = _announce(session, plan.top, plan.runs, plan.rounds)
+        jobs.append(GroupConfirm(group, session, plan.top, plan.runs, plan.rounds, visit))
+    try:
+        confirm_groups(jobs, reporter)
+    except KeyboardInterrupt:
+        reporter.close()
+        for j in jobs:  # what went wrong while stopping is said, not dropped
+            if j.error is not None:
+                err.print(f"group {j.group}'s confirm phase, while stopping: "
+                          f"{one_line(str(j.error)) or type(j.error).__name__}",
+                          markup=False, soft_wrap=True)
+        err.print("interrupted during the confirm phase: the measurements so far are kept, "
+                  f"every group's server stopped. {resume_hint()}", markup=False,
+                  soft_wrap=True)
+        raise typer.Exit(130) from None
+    reporter.close()
+    for j, (_, label, _, _) in zip(jobs, groups, strict=True):
+        out.print(f"Group {j.group} ({label}):", markup=False)
+        if j.outcome is not None:
+            print_confirm(out, j.outcome)
+        elif j.error is not None:
+            err.print(f"error: group {j.group}'s confirm phase: {one_line(str(j.error))}",
+                      markup=False, soft_wrap=True)
+    first = next((j.error for j in jobs if j.error is not None), None)
+    if first is not None:
+        raise first
+
+
+def _confirm(sweep: HostSession, top: int, runs: int, reporter: ConsoleReporter,
+             rounds: int = 2, exact: bool = False) -> None:
+    from sweeper.run.confirm import run_confirm
+    from sweeper.run.confirm_table import print_confirm
+
+    reporter.close()  # the sweep's bar is done; the confirm phase gets its own
+    visit = _announce(sweep, top, runs, rounds, exact)
     try:
         outcome = run_confirm(sweep, top, runs, rounds, visit)
     except KeyboardInterrupt:

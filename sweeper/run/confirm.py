@@ -17,6 +17,7 @@ table (confirm_table.py) says so.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,6 +77,12 @@ class Candidate:
     def value(self, aggregate: str) -> float:
         """The fresh runs' ``benchmark.aggregate`` (mean, median or min)."""
         return float(getattr(self.stats, aggregate))
+
+
+class ConfirmStopped(Exception):
+    """The confirm phase was told to stop (``run_confirm``'s ``stop``: a Ctrl-C while
+    several groups confirm at once, run/confirm_groups.py); its visit in flight is recorded
+    as interrupted, and nothing more is measured or decided."""
 
 
 @dataclass
@@ -211,11 +218,13 @@ def after_sweep(study: optuna.Study, spec: StudySpec, sampler: str | None, top: 
 
 
 def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2,
-                visit: VisitRuns | None = None) -> ConfirmOutcome:
+                visit: VisitRuns | None = None,
+                stop: threading.Event | None = None) -> ConfirmOutcome:
     """Measure the top ``top`` configurations and the baseline ``runs`` times each (at
     least: as long as a start is worth, confirm_runs.visit_runs), spread over ``rounds``
     interleaved visits; record the verdict in the study. ``visit``: the runs per visit
-    the caller already announced (else decided here)."""
+    the caller already announced (else decided here). ``stop``: set from another thread,
+    the phase ends with ``ConfirmStopped`` (its server stopped by whoever set it)."""
     study = sweep.study
     if sweep.spec.objective.multi:
         raise InputError(f"{sweep.spec.path}: objective: pareto has a front, not one winner "
@@ -245,6 +254,8 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2,
         for cand in order:
             label = R.short_params(cand.result.effective)
             visits += 1
+            if stop is not None and stop.is_set():
+                raise ConfirmStopped
             if cand.failed:  # its later visits are not made: it cannot win
                 sweep.report.progress(visits, total)
                 continue
@@ -252,7 +263,7 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2,
                 m, number = _visit_retrying(
                     sweep, cand, f"confirm-{cand.result.config_id}-{rnd}", bench,
                     f"confirm round {rnd + 1}/{rounds}: {label}: ",
-                    R.next_prompt_round(measured(), cand.result.config_id))
+                    R.next_prompt_round(measured(), cand.result.config_id), stop)
             except ConfigurationFailure as exc:
                 # A configuration that served in the sweep and fails a fresh start now
                 # (a hang, an OOM at a start's own memory layout, a crash) is one a
@@ -380,14 +391,15 @@ def _paired_starts(results: list[R.ConfigResult], cands: list[Candidate],
 
 
 def _visit_retrying(sweep: HostSession, cand: Candidate, tag: str, bench: Any, label: str,
-                    first_round: int) -> tuple[Measurement, int]:
+                    first_round: int, stop: threading.Event | None = None
+                    ) -> tuple[Measurement, int]:
     """A visit, made again (up to ``sweep.max_retries`` times) when the infrastructure
     failed it (an SSH cut, a port taken): as in the sweep, that is not the configuration's
     fault. The failed attempt stays a failed trial; the last fault is raised."""
     for attempt in range(sweep.spec.sweep.max_retries + 1):
         try:
             return _visit(sweep, cand, tag if not attempt else f"{tag}-again{attempt}", bench,
-                          label, first_round)
+                          label, first_round, stop)
         except InfrastructureError as exc:
             if attempt >= sweep.spec.sweep.max_retries:
                 raise
@@ -397,7 +409,8 @@ def _visit_retrying(sweep: HostSession, cand: Candidate, tag: str, bench: Any, l
 
 
 def _visit(sweep: HostSession, cand: Candidate, tag: str, bench: Any,
-           label: str, first_round: int = 0) -> tuple[Measurement, int]:
+           label: str, first_round: int = 0, stop: threading.Event | None = None
+           ) -> tuple[Measurement, int]:
     """One confirm measurement, kept as a finished trial with its evidence (role confirm,
     or baseline): nothing measured is lost, and the dashboard shows it. The trial exists
     before the server starts, so a sweeper killed here leaves a server someone can find."""
@@ -414,6 +427,11 @@ def _visit(sweep: HostSession, cand: Candidate, tag: str, bench: Any,
                                  phase="confirm-", primary=sweep.spec.objective.primary,
                                  first_round=first_round)
     except BaseException as exc:
+        if stop is not None and stop.is_set():
+            # its server was stopped under it: that is the Ctrl-C, not the configuration
+            # failing a fresh start (which would rule it out of the verdict)
+            rec.fail(slot, "interrupted", "interrupted (Ctrl-C) during the confirm phase")
+            raise ConfirmStopped from exc
         rec.fail(slot, getattr(exc, "kind", "interrupted"), str(exc) or type(exc).__name__)
         raise
     rec.complete(slot, m, log=sweep.measurer.log_text(m.server))
