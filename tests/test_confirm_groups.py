@@ -94,3 +94,39 @@ def test_groups_confirm_at_once_and_a_ctrl_c_stops_every_groups_server(tmp_path:
         mine = in_group(trials, g)
         assert R.verdict(study, trials=mine).confirmed, (g, again.stdout)
         assert not R.cannot_win(confirmed_for(study, mine)), (g, again.stdout)
+
+
+def test_a_sweep_stopped_by_failures_gives_each_groups_winner_not_one(tmp_path: Path
+                                                                      ) -> None:
+    """A sweep of several groups aborted (5 failed starts in a row: the node, not the
+    configurations) printed one 'Best:' across the groups and a bare export hint, where
+    its normal end names each group's winner."""
+    import shlex
+
+    import yaml
+
+    from .conftest import SIM_LAUNCHER
+
+    data = demo_study_data(tmp_path, start_from=[],
+                           sweep={"seed": 4, "n_startup_trials": 2})
+    path = two_group_study(tmp_path, data, GROUPS)
+    broken = tmp_path / "broken"  # while it exists, every start fails (not --help)
+    wrap = tmp_path / "launch.sh"
+    wrap.write_text("#!/bin/sh\n"
+                    f"if [ -e {shlex.quote(str(broken))} ]; then case \" $* \" in "
+                    "*\" --help \"*) ;; *)\n"
+                    "  echo 'RuntimeError: CUDA error: an illegal memory access was "
+                    "encountered' >&2; exit 1;; esac; fi\n"
+                    'exec "$@"\n')
+    data["server"]["launcher"] = f"sh {wrap} {SIM_LAUNCHER}"
+    path.write_text(yaml.safe_dump(data))
+    first = run_cli("optimize", "--study", str(path), "--trials", "4", "--no-confirm")
+    assert first.returncode == 0, first.stdout + first.stderr
+    broken.touch()
+    stopped = run_cli("optimize", "--study", str(path), "--trials", "6")
+    assert stopped.returncode == 1 and "error: sweep stopped" in stopped.stderr, \
+        stopped.stdout + stopped.stderr
+    assert "Measured on 2 groups of hardware" in stopped.stdout, stopped.stdout
+    assert "\nBest:" not in stopped.stdout and "Export it:" not in stopped.stdout
+    for g in GROUPS:
+        assert f"group {g}: Best: " in stopped.stdout, stopped.stdout

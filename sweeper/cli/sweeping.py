@@ -22,7 +22,7 @@ from sweeper.cli.common import (
     out,
     simulated_note,
 )
-from sweeper.errors import InputError
+from sweeper.errors import InputError, SweeperError
 from sweeper.results import attrs as A
 from sweeper.results.storage import shared_without_store
 from sweeper.search.sampler import SAMPLERS
@@ -213,8 +213,12 @@ def _optimize(run: _Run, study: str, trials: int, timeout: float | None, storage
         summary = pool.run()
     except SweepAborted as exc:
         reporter.close()
-        print_summary(out, pool.summary, Headline.of(pool.study, spec.benchmark.aggregate),
-                      export)
+        measured = pool.study.get_trials(deepcopy=False)
+        # as at a sweep's end: several groups have no one winner (each group's is below)
+        print_summary(out, pool.summary, Headline.of(pool.study, spec.benchmark.aggregate,
+                                                     measured), export, trial_groups(measured))
+        if len(spec.hosts) > 1:
+            print_hosts(out, pool.study, spec.benchmark.aggregate, measured)
         err.print(f"error: sweep stopped: {one_line(str(exc))}", markup=False, soft_wrap=True)
         raise typer.Exit(1) from None
     # each group of hardware confirms its own leaders (results are compared only within
@@ -314,12 +318,15 @@ def _confirm_at_once(groups: list[tuple[str, str, HostSession, ConfirmStart]],
         out.print(f"Group {j.group} ({label}):", markup=False)
         if j.outcome is not None:
             print_confirm(out, j.outcome)
-        elif j.error is not None:
-            err.print(f"error: group {j.group}'s confirm phase: {one_line(str(j.error))}",
+        elif j.error is not None:  # once each, naming its group (not again by @errors)
+            err.print(f"error: group {j.group}'s confirm phase: "
+                      f"{one_line(str(j.error)) or type(j.error).__name__}",
                       markup=False, soft_wrap=True)
     first = next((j.error for j in jobs if j.error is not None), None)
+    if isinstance(first, SweeperError):  # the exit code @errors gives it
+        raise typer.Exit(2 if isinstance(first, InputError) else 1)
     if first is not None:
-        raise first
+        raise first  # a bug: its traceback
 
 
 def _confirm(sweep: HostSession, top: int, runs: int, reporter: ConsoleReporter,
