@@ -96,11 +96,10 @@ def test_groups_confirm_at_once_and_a_ctrl_c_stops_every_groups_server(tmp_path:
         assert not R.cannot_win(confirmed_for(study, mine)), (g, again.stdout)
 
 
-def test_a_sweep_stopped_by_failures_gives_each_groups_winner_not_one(tmp_path: Path
-                                                                      ) -> None:
-    """A sweep of several groups aborted (5 failed starts in a row: the node, not the
-    configurations) printed one 'Best:' across the groups and a bare export hint, where
-    its normal end names each group's winner."""
+def _breakable(tmp_path: Path, broken: Path, only: str = "") -> tuple[dict[str, Any], Path]:
+    """A two-group study swept for 4 trials, its servers started through a wrapper that
+    makes every start fail (as a crashing SGLang does) once ``broken`` exists: on every
+    host, or with ``only`` the group whose host it names (not the launcher's --help)."""
     import shlex
 
     import yaml
@@ -110,11 +109,11 @@ def test_a_sweep_stopped_by_failures_gives_each_groups_winner_not_one(tmp_path: 
     data = demo_study_data(tmp_path, start_from=[],
                            sweep={"seed": 4, "n_startup_trials": 2})
     path = two_group_study(tmp_path, data, GROUPS)
-    broken = tmp_path / "broken"  # while it exists, every start fails (not --help)
+    port = next((f" --port {h['port']} " for h in data["hosts"] if h["group"] == only), " ")
     wrap = tmp_path / "launch.sh"
     wrap.write_text("#!/bin/sh\n"
                     f"if [ -e {shlex.quote(str(broken))} ]; then case \" $* \" in "
-                    "*\" --help \"*) ;; *)\n"
+                    f"*\" --help \"*) ;; *{shlex.quote(port)}*)\n"
                     "  echo 'RuntimeError: CUDA error: an illegal memory access was "
                     "encountered' >&2; exit 1;; esac; fi\n"
                     'exec "$@"\n')
@@ -122,11 +121,43 @@ def test_a_sweep_stopped_by_failures_gives_each_groups_winner_not_one(tmp_path: 
     path.write_text(yaml.safe_dump(data))
     first = run_cli("optimize", "--study", str(path), "--trials", "4", "--no-confirm")
     assert first.returncode == 0, first.stdout + first.stderr
+    return data, path
+
+
+def test_a_sweep_stopped_by_failures_gives_each_groups_winner_not_one(tmp_path: Path
+                                                                      ) -> None:
+    """A sweep of several groups aborted (5 failed starts in a row everywhere: the nodes,
+    not the configurations) printed one 'Best:' across the groups and a bare export
+    hint, where its normal end names each group's winner. (Failures count per group:
+    the first group to reach 5 is left out, the second stops the sweep.)"""
+    broken = tmp_path / "broken"
+    _, path = _breakable(tmp_path, broken)
     broken.touch()
-    stopped = run_cli("optimize", "--study", str(path), "--trials", "6")
+    stopped = run_cli("optimize", "--study", str(path), "--trials", "14")
     assert stopped.returncode == 1 and "error: sweep stopped" in stopped.stderr, \
         stopped.stdout + stopped.stderr
     assert "Measured on 2 groups of hardware" in stopped.stdout, stopped.stdout
     assert "\nBest:" not in stopped.stdout and "Export it:" not in stopped.stdout
     for g in GROUPS:
         assert f"group {g}: Best: " in stopped.stdout, stopped.stdout
+
+
+def test_a_group_whose_starts_all_fail_is_left_out_and_the_others_go_on(tmp_path: Path
+                                                                          ) -> None:
+    """Failed restarts in a row are counted per group: 5 on one group's hardware (its
+    server settings do not work there) retire that group's hosts, where they stopped the
+    whole sweep while another group's node served (and sat idle from then on)."""
+    broken = tmp_path / "broken"
+    data, path = _breakable(tmp_path, broken, only="a100")
+    broken.touch()
+    done = run_cli("optimize", "--study", str(path), "--trials", "14", "--no-confirm")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "group a100 is left out of this sweep, the other groups go on: 5 trials in a " \
+        "row failed on its hardware" in " ".join(done.stdout.split()), done.stdout
+    trials = _load(data).get_trials(deepcopy=False)
+    new = [t for t in trials if t.number >= 4 and t.state != TrialState.WAITING]
+    a100 = [t for t in new if t.user_attrs.get(A.GROUP) == "a100"]
+    assert a100 and all(t.state != TrialState.COMPLETE for t in a100), a100
+    h200 = [t for t in new if t.user_attrs.get(A.GROUP) == "h200"
+            and t.state == TrialState.COMPLETE]
+    assert len(h200) >= 5, done.stdout  # it went on past a100's fifth failure

@@ -99,7 +99,9 @@ class HostPool:
         self._lock = threading.Lock()  # ask + suggest + record, one worker at a time
         self._stop = threading.Event()
         self._error: BaseException | None = None
-        self._consecutive = 0
+        # failed restarts in a row, per group of hardware: a group whose server settings
+        # do not work there is left out while the others go on (_retire_group)
+        self._consecutive: dict[str | None, int] = {}
         self._skipped = 0
         self._asker = Asker(spec, options, self._lock, self._stop)
         self.interrupted: list[int] = []  # the trials a Ctrl-C found running
@@ -178,11 +180,11 @@ class HostPool:
         if w.session.opened:
             w.record(RETIRED, why=why)
 
-    def _retire_group(self, w: Worker, exc: SweepAborted) -> bool:
-        """The baseline did not serve on ``w``'s hardware: every host of that group is
-        retired (each configuration there is that server and more), while hosts of other
-        hardware go on. False when no other group is left: the sweep stops (``exc``)."""
-        why = group_left_out(w.group, exc, w.session.secrets.scrub)
+    def _retire_group(self, w: Worker, why: str, others: str) -> bool:
+        """``w``'s hardware cannot serve this study (its baseline did not serve, or too
+        many restarts in a row failed there): every host of that group is retired, ``w``
+        saying ``why`` and the others ``others``, while hosts of other hardware go on.
+        False when no other group is left: the sweep stops."""
         with self._lock:  # marked at once: two groups failing together leave none live
             if not any(o.group != w.group for o in self.live):
                 return False
@@ -190,8 +192,7 @@ class HostPool:
             for o in group:
                 o.retired = why
         for o in group:  # said and recorded outside the lock (the storage may be slow)
-            self._retire(o, why if o is w else f"the baseline of its group ({w.group}) "
-                                               f"did not serve on host {w.label}")
+            self._retire(o, why if o is w else others)
         return True
 
     # --- claiming a trial --------------------------------------------------------------
@@ -308,7 +309,10 @@ class HostPool:
                 self._stop.wait(BACKOFF_SECONDS)
                 continue
             except SweepAborted as exc:
-                if exc.reason == "baseline" and self._retire_group(w, exc):
+                if exc.reason == "baseline" and self._retire_group(
+                        w, group_left_out(w.group, exc, w.session.secrets.scrub),
+                        f"the baseline of its group ({w.group}) did not serve on host "
+                        f"{w.label}"):
                     break
                 if not isinstance(exc.__cause__, InfrastructureError):
                     self._abort(exc)
@@ -360,12 +364,21 @@ class HostPool:
                 return False
             return True
         with self._lock:
-            self._consecutive = 0 if outcome == Outcome.COMPLETE else self._consecutive + 1
-            consecutive = self._consecutive
+            consecutive = 0 if outcome == Outcome.COMPLETE else \
+                self._consecutive.get(w.group, 0) + 1
+            self._consecutive[w.group] = consecutive
         done = finished_count(w.study) - (self.target - self.options.trials)
         trials = w.study.get_trials(deepcopy=False)
         self.report.progress(max(0, done), self.options.trials, self._spent(trials))
         if consecutive >= self.spec.sweep.max_consecutive_failures:
+            if self._retire_group(
+                    w, f"group {w.group} is left out of this sweep, the other groups go on: "
+                       f"{consecutive} trials in a row failed on its hardware, the last: "
+                       f"{w.last_failure}. Check the server settings and the hosts there, "
+                       "then run the same command",
+                    f"{consecutive} trials in a row failed on its group's hardware "
+                    f"({w.group}), the last on host {w.label}"):
+                return False
             self._abort(SweepAborted(
                 f"{consecutive} trials in a row failed; the last: {w.last_failure}. "
                 "Check the study's server settings and the hosts, then run the same "
