@@ -243,8 +243,7 @@ def _optimize(run: _Run, study: str, trials: int, timeout: float | None, storage
         plan = jobs[0][1].plan
         _confirm(jobs[0][0].session, plan.top, plan.runs, reporter, plan.rounds)
     elif jobs:
-        _confirm_at_once([(w.group or "", w.label, w.session, start) for w, start in jobs],
-                         reporter)
+        _confirm_at_once(jobs, reporter)
     sweep = hosts[0].session
     pool.done()
     run.done = True
@@ -283,7 +282,7 @@ def _announce(sweep: HostSession, top: int, runs: int, rounds: int,
     return visit
 
 
-def _confirm_at_once(groups: list[tuple[str, str, HostSession, ConfirmStart]],
+def _confirm_at_once(groups: list[tuple[Worker, ConfirmStart]],
                      reporter: ConsoleReporter) -> None:
     """Each group's confirm phase on its own host, all at once (run/confirm_groups.py),
     then each group's table; the first group's error, if any, once every table is out."""
@@ -293,35 +292,32 @@ def _confirm_at_once(groups: list[tuple[str, str, HostSession, ConfirmStart]],
     reporter.close()  # the sweep's bar is done; the confirm phase gets its own
     out.print("Each group confirms its leaders on its own host, all groups at the same time.")
     jobs = []
-    for group, label, session, start in groups:
-        out.print(f"Group {group} ({label}):", markup=False)
+    for w, start in groups:
+        out.print(f"Group {w.group} ({w.label}):", markup=False)
         for note in start.notes:
             out.print(note)
         plan = start.plan
-        visit = _announce(session, plan.top, plan.runs, plan.rounds)
-        jobs.append(GroupConfirm(group, session, plan.top, plan.runs, plan.rounds, visit))
+        visit = _announce(w.session, plan.top, plan.runs, plan.rounds)
+        jobs.append(GroupConfirm(w.group or "", w.label, w.session, plan.top, plan.runs,
+                                 plan.rounds, visit))
     try:
         confirm_groups(jobs, reporter)
     except KeyboardInterrupt:
         reporter.close()
         for j in jobs:  # what went wrong while stopping is said, not dropped
             if j.error is not None:
-                err.print(f"group {j.group}'s confirm phase, while stopping: "
-                          f"{one_line(str(j.error)) or type(j.error).__name__}",
-                          markup=False, soft_wrap=True)
+                err.print(f"{j.error_text()} (while stopping)", markup=False, soft_wrap=True)
         err.print("interrupted during the confirm phase: the measurements so far are kept, "
                   f"every group's server stopped. {resume_hint()}", markup=False,
                   soft_wrap=True)
         raise typer.Exit(130) from None
     reporter.close()
-    for j, (_, label, _, _) in zip(jobs, groups, strict=True):
-        out.print(f"Group {j.group} ({label}):", markup=False)
+    for j in jobs:
+        out.print(f"Group {j.group} ({j.label}):", markup=False)
         if j.outcome is not None:
             print_confirm(out, j.outcome)
         elif j.error is not None:  # once each, naming its group (not again by @errors)
-            err.print(f"error: group {j.group}'s confirm phase: "
-                      f"{one_line(str(j.error)) or type(j.error).__name__}",
-                      markup=False, soft_wrap=True)
+            err.print(f"error: {j.error_text()}", markup=False, soft_wrap=True)
     first = next((j.error for j in jobs if j.error is not None), None)
     if isinstance(first, SweeperError):  # the exit code @errors gives it
         raise typer.Exit(2 if isinstance(first, InputError) else 1)

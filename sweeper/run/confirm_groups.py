@@ -16,6 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from sweeper.errors import one_line
 from sweeper.run.confirm import ConfirmOutcome, ConfirmStopped, run_confirm
 from sweeper.run.confirm_runs import VisitRuns
 from sweeper.run.ctrlc import cleaning_up, handled, raise_pending
@@ -31,6 +32,7 @@ class GroupConfirm:
     """One group's confirm phase: where and how it runs, and how it ended."""
 
     group: str
+    label: str  # its host, as the sweep's lines name it
     session: HostSession
     top: int
     runs: int
@@ -38,6 +40,13 @@ class GroupConfirm:
     visit: VisitRuns
     outcome: ConfirmOutcome | None = None
     error: BaseException | None = None
+
+    def error_text(self) -> str:
+        """Its error in one line, naming the group ("" without one)."""
+        if self.error is None:
+            return ""
+        return (f"group {self.group}'s confirm phase: "
+                f"{one_line(str(self.error)) or type(self.error).__name__}")
 
 
 class _Summed:
