@@ -69,16 +69,29 @@ def configuration_failed(sweep: HostSession, trial: optuna.Trial, slot: Slot, ro
             "baseline is measured again first", reason="baseline") from fail
 
 
-def group_left_out(group: str, exc: SweepAborted, scrub: Callable[[str], str]) -> str:
-    """Why a group's hosts are retired when its baseline did not serve (``exc``, raised
-    above) and hosts of other hardware go on (run/workers.py)."""
+def group_left_out(group: str, host: str, exc: SweepAborted, scrub: Callable[[str], str]
+                   ) -> tuple[str, str]:
+    """Why a group's hosts are retired when its baseline did not serve on ``host``
+    (``exc``, raised above) and hosts of other hardware go on (run/workers.py): what that
+    host says, and what the group's other hosts say."""
     cause = exc.__cause__
     what = f"{cause.kind}: {scrub(str(cause))}" \
         if isinstance(cause, ConfigurationFailure) else str(exc)
     return (f"group {group} is left out of this sweep, the other groups go on: its server "
             "without speculation (the baseline) did not serve; fix the server settings "
             "there, then run the same command (its baseline is measured again first). "
-            f"{what}")
+            f"{what}",
+            f"the baseline of its group ({group}) did not serve on host {host}")
+
+
+def group_failing(group: str, host: str, failed: int, last: str) -> tuple[str, str]:
+    """The same when ``failed`` restarts in a row failed on the group's hardware, the
+    last on ``host`` (``last``: why)."""
+    return (f"group {group} is left out of this sweep, the other groups go on: {failed} "
+            f"trials in a row failed on its hardware, the last: {last}. Check the server "
+            "settings and the hosts there, then run the same command",
+            f"{failed} trials in a row failed on its group's hardware ({group}), the last "
+            f"on host {host}")
 
 
 def infrastructure_failed(sweep: HostSession, trial: optuna.Trial, slot: Slot, label: str,

@@ -43,7 +43,7 @@ from sweeper.run.asking import Asker, Busy, NoRoom
 from sweeper.run.common import SweepOptions, SweepSummary, storage_guard
 from sweeper.run.ctrlc import cleaning_up, handled, raise_pending, sigterm_as_interrupt
 from sweeper.run.decide import Outcome, node_time, skip_limit, sure_stop
-from sweeper.run.failed import group_left_out
+from sweeper.run.failed import group_failing, group_left_out
 from sweeper.run.hostview import Prefixed, host_view
 from sweeper.run.killpoint import killpoint
 from sweeper.run.memories import group_memories
@@ -180,11 +180,13 @@ class HostPool:
         if w.session.opened:
             w.record(RETIRED, why=why)
 
-    def _retire_group(self, w: Worker, why: str, others: str) -> bool:
+    def _retire_group(self, w: Worker, texts: tuple[str, str]) -> bool:
         """``w``'s hardware cannot serve this study (its baseline did not serve, or too
         many restarts in a row failed there): every host of that group is retired, ``w``
-        saying ``why`` and the others ``others``, while hosts of other hardware go on.
-        False when no other group is left: the sweep stops."""
+        with the first of ``texts`` (run/failed.py), the others with the second, while
+        hosts of other hardware go on. False when no other group is left: the sweep
+        stops."""
+        why, others = texts
         with self._lock:  # marked at once: two groups failing together leave none live
             if not any(o.group != w.group for o in self.live):
                 return False
@@ -309,10 +311,8 @@ class HostPool:
                 self._stop.wait(BACKOFF_SECONDS)
                 continue
             except SweepAborted as exc:
-                if exc.reason == "baseline" and self._retire_group(
-                        w, group_left_out(w.group, exc, w.session.secrets.scrub),
-                        f"the baseline of its group ({w.group}) did not serve on host "
-                        f"{w.label}"):
+                if exc.reason == "baseline" and self._retire_group(w, group_left_out(
+                        w.group, w.label, exc, w.session.secrets.scrub)):
                     break
                 if not isinstance(exc.__cause__, InfrastructureError):
                     self._abort(exc)
@@ -371,13 +371,8 @@ class HostPool:
         trials = w.study.get_trials(deepcopy=False)
         self.report.progress(max(0, done), self.options.trials, self._spent(trials))
         if consecutive >= self.spec.sweep.max_consecutive_failures:
-            if self._retire_group(
-                    w, f"group {w.group} is left out of this sweep, the other groups go on: "
-                       f"{consecutive} trials in a row failed on its hardware, the last: "
-                       f"{w.last_failure}. Check the server settings and the hosts there, "
-                       "then run the same command",
-                    f"{consecutive} trials in a row failed on its group's hardware "
-                    f"({w.group}), the last on host {w.label}"):
+            if self._retire_group(w, group_failing(w.group, w.label, consecutive,
+                                                   w.last_failure)):
                 return False
             self._abort(SweepAborted(
                 f"{consecutive} trials in a row failed; the last: {w.last_failure}. "
