@@ -2,8 +2,9 @@
 
 Exit codes: 0 success, 1 a sweep that stopped on failures, 2 bad input (one line on
 stderr naming the file, key or host; nothing written or started), 130 interrupted.
-Commands live by what they touch: sweeping.py (optimize, confirm, stop), results.py
-(status, export, dashboard, report), tools.py (validate, bench, trust-host).
+Commands live by what they touch: sweeping.py (optimize, confirm, stop; the confirm phase
+they run is confirm_phase.py's), results.py (status, export, dashboard, report), tools.py
+(validate, bench, trust-host).
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 from collections.abc import Callable
 from functools import wraps
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -111,3 +112,15 @@ def load(study: str) -> StudySpec:
 def simulated_note() -> str:
     return ("[dim]Server: the built-in SIMULATED SGLang server (a test double); its tok/s "
             "are not measurements of real hardware.[/]")
+
+
+def resume_hint() -> str:
+    """The command that resumes what this one was doing: the same command, without the
+    options that would start over (``--fresh`` deletes what it should resume)."""
+    words = [w for w in sys.argv[1:] if w not in ("--fresh", "--yes")]
+    return "Resume with the same command: sweeper " + shlex.join(words)
+
+
+def again_hint() -> str:
+    """The command as typed: what to give again when it was stopped before it began."""
+    return "Run the same command again: sweeper " + shlex.join(sys.argv[1:])
