@@ -24,7 +24,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-from scipy import stats as _st
+from sweeper.measure.dists import chi2_quantile, norm_cdf, t_quantile
 
 CONFIDENCE = 0.95
 
@@ -73,7 +73,7 @@ def summarize(values: Sequence[float]) -> Stats:
     if n == 1:
         return Stats(1, mean, mean, 0.0, mean, mean, math.nan, math.nan)
     sd = statistics.stdev(xs)
-    half = float(_st.t.ppf(0.5 + CONFIDENCE / 2, n - 1)) * sd / math.sqrt(n)
+    half = t_quantile(0.5 + CONFIDENCE / 2, n - 1) * sd / math.sqrt(n)
     return Stats(n, mean, statistics.median(xs), sd, min(xs), max(xs), mean - half, mean + half)
 
 
@@ -113,7 +113,7 @@ def speedup(a: Sequence[float], b: Sequence[float]) -> Ratio:
     if se == 0.0:
         return Ratio(ratio, ratio, ratio)
     df = (va + vb) ** 2 / (va**2 / (sa.n - 1) + vb**2 / (sb.n - 1))
-    t = float(_st.t.ppf(0.5 + CONFIDENCE / 2, df))
+    t = t_quantile(0.5 + CONFIDENCE / 2, df)
     return Ratio(ratio, ratio * math.exp(-t * se), ratio * math.exp(t * se))
 
 
@@ -140,7 +140,7 @@ def p_within(best: Sequence[float], others: Sequence[Sequence[float]], tol: floa
     for o in others:
         d = math.log(mb) - math.log(statistics.fmean(o)) - math.log(1.0 - tol)
         se = math.sqrt(se2(best) + se2(o))
-        p *= float(_st.norm.cdf(d / se)) if se > 0 else float(d >= 0)
+        p *= float(norm_cdf(d / se)) if se > 0 else float(d >= 0)
     return p
 
 
@@ -219,8 +219,8 @@ class StartVariance:
         roughly that, so the interval is a guide to how much the figure rests on)."""
         if self.df <= 0 or self.tau2 <= 0:
             return (0.0, math.inf)
-        lo = self.tau2 * self.df / float(_st.chi2.ppf(0.5 + CONFIDENCE / 2, self.df))
-        hi = self.tau2 * self.df / float(_st.chi2.ppf(0.5 - CONFIDENCE / 2, self.df))
+        lo = self.tau2 * self.df / chi2_quantile(0.5 + CONFIDENCE / 2, self.df)
+        hi = self.tau2 * self.df / chi2_quantile(0.5 - CONFIDENCE / 2, self.df)
         return (math.sqrt(lo), math.sqrt(hi))
 
 

@@ -35,8 +35,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as _st
 
+from sweeper.measure.dists import norm_logcdf
 from sweeper.measure.stats import Starts, two_level, within_variance
 
 # A rival this many standard errors (of the difference, beyond the tolerance) below the
@@ -135,7 +135,7 @@ def p_best_within(best: Estimate, others: Sequence[Estimate], tol: float) -> flo
     d = x[None, :] - m - math.log(1.0 - tol)
     with np.errstate(divide="ignore", invalid="ignore"):
         # a rival known exactly (se 0): below or not
-        log_p = np.where(se > 0, _st.norm.logcdf(d / np.where(se > 0, se, 1.0)),
+        log_p = np.where(se > 0, norm_logcdf(d / np.where(se > 0, se, 1.0)),
                          np.where(d >= 0, 0.0, -np.inf)).sum(axis=0)
     return float(np.clip((_WEIGHTS * np.exp(log_p)).sum(), 0.0, 1.0))
 

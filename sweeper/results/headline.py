@@ -19,6 +19,7 @@ import sweeper.results.verdict as R
 from sweeper.measure.stats import Ratio, noise_measured, speedup
 from sweeper.results import attrs as A
 from sweeper.results.confirmed import confirmed_for
+from sweeper.results.dashnote import save_note
 from sweeper.results.simplest import Simplest, simplest_tied
 from sweeper.results.simplest import describe as describe_simplest
 from sweeper.study.objective import Objective
@@ -306,8 +307,6 @@ def _best_single(study: optuna.Study) -> FrozenTrial | None:
 def mark_best(study: optuna.Study, objective: str = "mean") -> None:
     """Keep the dashboard's study page in step with the verdict: the metric's name and a
     note naming the winner. Called after each measured trial and after a confirm phase."""
-    from optuna_dashboard import save_note
-
     names = R.study_goal(study).metric_names()
     if study.metric_names != names:
         with warnings.catch_warnings():

@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from sweeper.search.model.data import Shape
 
@@ -102,6 +101,8 @@ def fit_acceptance(shapes: Sequence[Shape], lengths: Sequence[float],
         smooth = np.diff(theta[:-1]) / 0.7  # neighbouring depths alike
         anchor = (theta - prior) / 3.0  # weak: only decides what the data leaves open
         return np.concatenate([data, smooth, anchor])
+
+    from scipy.optimize import least_squares  # here: ~0.2 s of import every command would pay
 
     res = least_squares(residuals, prior, loss="soft_l1", f_scale=2.0, max_nfev=200)
     a, b = _unpack(res.x)

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.optimize import nnls
 
 from sweeper.search.model.accept import AcceptModel, fit_acceptance
 from sweeper.search.model.data import History, Shape
@@ -79,6 +78,8 @@ def _nnls_ridge(X: np.ndarray, y: np.ndarray, lam: float,
         diag[k - len(extra):] = extra
     A = np.vstack([X, np.diag(diag)])
     b = np.concatenate([y, np.zeros(k)])
+    from scipy.optimize import nnls  # here: ~0.2 s of import every command would pay
+
     w, _ = nnls(A, b, maxiter=50 * k)
     return w
 

@@ -17,8 +17,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from scipy.stats import norm
-
+from sweeper.measure.dists import norm_cdf, norm_pdf
 from sweeper.measure.stats import se2_after, start_variance, within_variance
 from sweeper.measure.sure import Estimate, posterior_log_means
 
@@ -78,7 +77,7 @@ def expected_excess(d: float, se: float) -> float:
     if se <= 0:
         return max(d, 0.0)
     z = d / se
-    return d * float(norm.cdf(z)) + se * float(norm.pdf(z))
+    return d * float(norm_cdf(z)) + se * float(norm_pdf(z))
 
 
 @dataclass(frozen=True)

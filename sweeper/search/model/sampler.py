@@ -41,8 +41,8 @@ from optuna.distributions import (
 )
 from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
-from scipy.stats import norm
 
+from sweeper.measure.dists import norm_cdf, norm_pdf
 from sweeper.results import attrs as A
 from sweeper.results.hosts import in_group
 from sweeper.results.kind import ran_on_server
@@ -208,7 +208,7 @@ class ModelSampler(BaseSampler):
         incumbent = float(mean[at_measured].max()) if at_measured.any() else float(mean.max())
         z = (mean - incumbent) / np.maximum(sd, 1e-9)
         # squared: a failure costs a restart and teaches little about speed
-        ei = sd * (z * norm.cdf(z) + norm.pdf(z)) * (1.0 - p_fail) ** 2
+        ei = sd * (z * norm_cdf(z) + norm_pdf(z)) * (1.0 - p_fail) ** 2
         ei = np.where(open_, ei, -1.0)
         explore = float(ei.max()) * self._endgame(study, finished) ** 2
         call = self._race(history, model)
