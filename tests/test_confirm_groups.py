@@ -165,3 +165,37 @@ def test_a_group_whose_starts_all_fail_is_left_out_and_the_others_go_on(tmp_path
     h200 = [t for t in new if t.user_attrs.get(A.GROUP) == "h200"
             and t.state == TrialState.COMPLETE]
     assert len(h200) >= 5, done.stdout  # it went on past a100's fifth failure
+
+
+def test_one_groups_confirm_phase_failing_leaves_the_others_verdict_and_names_its_group(
+        tmp_path: Path) -> None:
+    """Groups confirm at once: one group whose every fresh start fails (its node in
+    trouble) has its error said once, naming the group, with the command that confirms
+    that group again (`sweeper confirm` alone takes the first host's group); the other
+    group's table and confirmed winner stand; and that command, once the node serves,
+    confirms the failed group."""
+    import yaml
+
+    broken = tmp_path / "broken"
+    data, path = _breakable(tmp_path, broken, only="a100")
+    data["sweep"].update(confirm_top=1, confirm_runs=2)
+    path.write_text(yaml.safe_dump(data))
+    broken.touch()
+    done = run_cli("optimize", "--study", str(path), "--trials", "2")
+    assert done.returncode == 1, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    again = f"sweeper confirm --study {path} --group a100"
+    assert len(errors) == 1 and "group a100's confirm phase" in errors[0] \
+        and again in errors[0], done.stderr
+    assert "Group h200 " in done.stdout and "Group a100 (" not in done.stdout.split(
+        "confirm 1/2")[-1], done.stdout  # a100's header only before its phase, no table
+    study = _load(data)
+    trials = study.get_trials(deepcopy=False)
+    assert R.verdict(study, trials=in_group(trials, "h200")).confirmed, done.stdout
+    assert not R.verdict(study, trials=in_group(trials, "a100")).confirmed, done.stdout
+    broken.unlink()
+    fixed = run_cli(*again.split()[1:])
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    study = _load(data)
+    trials = study.get_trials(deepcopy=False)
+    assert R.verdict(study, trials=in_group(trials, "a100")).confirmed, fixed.stdout

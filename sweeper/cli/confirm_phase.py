@@ -44,7 +44,8 @@ def _announce(sweep: HostSession, top: int, runs: int, rounds: int,
         out.print(f"Confirm phase: {which} and the baseline, {rounds} interleaved fresh starts "
                   f"each of {visit.runs} runs ({why}).", markup=False, soft_wrap=True)
     else:
-        out.print(f"Confirm phase: {which} and the baseline, {runs} runs each, interleaved.")
+        out.print(f"Confirm phase: {which} and the baseline, {rounds} interleaved fresh starts "
+                  f"each of {visit.runs} runs.")
     return visit
 
 
@@ -79,8 +80,8 @@ def confirm_at_once(groups: list[tuple[Worker, ConfirmStart]],
         raise typer.Exit(130) from None
     reporter.close()
     for j in jobs:
-        out.print(f"Group {j.group} ({j.label}):", markup=False)
         if j.outcome is not None:
+            out.print(f"Group {j.group} ({j.label}):", markup=False)
             print_confirm(out, j.outcome)
         elif j.error is not None:  # once each, naming its group (not again by @errors)
             err.print(f"error: {j.error_text()}", markup=False, soft_wrap=True)
