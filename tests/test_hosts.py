@@ -252,6 +252,7 @@ def test_the_confirm_phase_stays_within_its_hosts_group(tmp_path: Path) -> None:
     again = run_cli("confirm", "--study", str(path), "--top", "1", "--runs", "2")
     assert again.returncode == 0, again.stdout + again.stderr
     assert "Confirming group h200's leaders" in again.stdout, again.stdout
+    assert "the other's with --group a100" in again.stdout, again.stdout  # not left unsaid
     new = [t for t in optuna.load_study(study_name="t", storage=data["storage"]).trials
            if t.number not in before]
     assert new and {t.user_attrs.get(A.GROUP) for t in new} == {"h200"}, new
@@ -263,6 +264,7 @@ def test_the_confirm_phase_stays_within_its_hosts_group(tmp_path: Path) -> None:
                           "--group", "a100")
     assert other_group.returncode == 0, other_group.stdout + other_group.stderr
     assert "Confirming group a100's leaders" in other_group.stdout, other_group.stdout
+    assert "the other's with --group h200" in other_group.stdout, other_group.stdout
     new = [t for t in optuna.load_study(study_name="t", storage=data["storage"]).trials
            if t.number not in before]
     assert new and {t.user_attrs.get(A.GROUP) for t in new} == {"a100"}, new

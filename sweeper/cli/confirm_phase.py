@@ -5,6 +5,7 @@ The phase itself is run/confirm.py's; the commands are cli/sweeping.py's."""
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING
 
 import typer
@@ -174,7 +175,9 @@ def confirm_group(sweep: HostSession, wanted: str | None = None) -> str | None:
                          f"{group!r}, which measured nothing in study {sweep.spec.name!r}; "
                          f"its groups: {', '.join(groups)}. List first a host of the group "
                          "to confirm, or pass --group")
+    others = [shlex.quote(g) for g in groups if g != group]
+    which = "the other's" if len(others) == 1 else "another's"
     out.print(f"Confirming group {group}'s leaders on {sweep.host.name} (the study was "
-              f"measured on {len(groups)} groups of hardware: {', '.join(groups)}).",
-              markup=False, soft_wrap=True)
+              f"measured on {len(groups)} groups of hardware: {', '.join(groups)}; "
+              f"{which} with --group {' | '.join(others)}).", markup=False, soft_wrap=True)
     return group
