@@ -19,6 +19,12 @@ from typing import Any
 _NAME = "sweeper._optuna_dashboard_note"
 
 
+def _plain() -> ModuleType:
+    import optuna_dashboard._note as note
+
+    return note
+
+
 def _note_module() -> ModuleType:
     if _NAME in sys.modules:
         return sys.modules[_NAME]
@@ -26,9 +32,7 @@ def _note_module() -> ModuleType:
     where = list(spec.submodule_search_locations or []) if spec else []
     path = Path(where[0]) / "_note.py" if where else None
     if path is None or not path.is_file() or "optuna_dashboard" in sys.modules:
-        import optuna_dashboard._note as note  # already loaded, or laid out otherwise
-
-        return note
+        return _plain()  # already loaded, or laid out otherwise
     file_spec = importlib.util.spec_from_file_location(_NAME, path)
     assert file_spec is not None and file_spec.loader is not None
     module = importlib.util.module_from_spec(file_spec)
@@ -37,9 +41,7 @@ def _note_module() -> ModuleType:
         file_spec.loader.exec_module(module)
     except Exception:  # noqa: BLE001 - any surprise in its layout: the plain import
         del sys.modules[_NAME]
-        import optuna_dashboard._note as note
-
-        return note
+        return _plain()
     return module
 
 
