@@ -44,6 +44,12 @@ def test_the_export_hint_run_as_printed_exports_this_sweeps_winner(make_study,
     stored = optuna.load_study(study_name="t", storage=f"sqlite:///{other}")
     assert stored.user_attrs[A.EXPORT] == command
     assert f"Export it: `{command}`" in Headline.of(stored).markdown(stored, True)
+    # and a failed confirm phase's hint confirms this same study, in this same storage
+    from sweeper.results.headline import confirm_hint
+
+    assert shlex.split(confirm_hint(stored, "a100")) == \
+        ["sweeper", "confirm", *words[2:-2], "--group", "a100"]
+    assert shlex.split(confirm_hint(stored, None)) == ["sweeper", "confirm", *words[2:-2]]
 
 
 def test_the_export_hint_is_short_for_a_study_given_by_name() -> None:

@@ -341,6 +341,16 @@ def group_export(export: str, group: str) -> str:
     return f"{export} --group {group}"
 
 
+def confirm_hint(study: optuna.Study, group: str | None) -> str:
+    """``sweeper confirm`` for this study as export_hint reads it back (its path, its
+    storage), with ``--group`` on a study of several groups, where ``sweeper confirm``
+    alone takes the first host's group."""
+    words = shlex.split(export_hint(study))[2:]
+    if words[-2:] == ["-o", "best.yaml"]:
+        words = words[:-2]
+    return shlex.join(["sweeper", "confirm", *words, *(["--group", group] if group else [])])
+
+
 def groups_markdown(study: optuna.Study, groups: list[tuple[str, Headline]],
                     simulated: bool) -> str:
     """The dashboard's study note when hosts of several kinds of hardware measured: each

@@ -17,7 +17,6 @@ table (confirm_table.py) says so.
 from __future__ import annotations
 
 import contextlib
-import shlex
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -51,7 +50,7 @@ from sweeper.measure.stats import (
 from sweeper.results import attrs as A
 from sweeper.results.confirmed import confirmed_for, record_confirmed
 from sweeper.results.groups import trial_groups
-from sweeper.results.headline import mark_best
+from sweeper.results.headline import confirm_hint, mark_best
 from sweeper.results.kind import TrialKind, kind_of
 from sweeper.run.confirm_runs import VisitRuns, visit_runs
 from sweeper.run.session import HostSession
@@ -218,15 +217,6 @@ def after_sweep(study: optuna.Study, spec: StudySpec, sampler: str | None, top: 
     return ConfirmStart(plan, True, tuple(notes))
 
 
-def _confirm_again(sweep: HostSession) -> str:
-    """The command that confirms this host's group again: with ``--group`` on a study of
-    several groups, where ``sweeper confirm`` alone takes the first host's group."""
-    words = ["sweeper", "confirm", "--study", str(sweep.spec.path)]
-    if sweep.group:
-        words += ["--group", sweep.group]
-    return f"`{shlex.join(words)}`"
-
-
 def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2,
                 visit: VisitRuns | None = None,
                 stop: threading.Event | None = None) -> ConfirmOutcome:
@@ -304,7 +294,8 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2,
         raise ConfirmFailed(
             "every configuration of the confirm phase failed a fresh start ("
             + "; ".join(f"{R.short_params(c.result.effective)}: {c.failed}" for c in cands)
-            + f"): the host may be in trouble; check it, then run {_confirm_again(sweep)}")
+            + "): the host may be in trouble; check it, then run "
+            f"`{confirm_hint(sweep.study, sweep.group)}`")
     mismatches: dict[str, list[int]] = {}
     if base is not None:
         keys = sorted(base.texts)
