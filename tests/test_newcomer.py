@@ -495,3 +495,50 @@ def test_report_into_a_file_and_dashboard_on_a_busy_port_are_one_line(
     assert len(lines) == 1 and lines[0].startswith(
         f"error: --port {port}: cannot listen on 127.0.0.1:{port} ("), lines
     assert "http://" not in proc.stdout, proc.stdout
+
+
+def test_export_simplest_writes_the_tied_configuration_with_fewer_settings(
+        make_study, tmp_path: Path) -> None:
+    """The summary recommends the simplest tie; `export --simplest` is how to take it: its
+    YAML and environment are that configuration's, its header names the winner it tied."""
+    from optuna.trial import TrialState, create_trial
+
+    from sweeper.search.space import SearchSpace
+    from sweeper.study import load_study
+
+    study_file = make_study(start_from=[])
+    space = SearchSpace(load_study(str(study_file)))
+    dists = space.distributions()
+    storage = f"sqlite:///{tmp_path / 't.db'}"
+    study = optuna.create_study(study_name="t", storage=storage, direction="maximize")
+    shape = {"speculative-num-steps": 2, "speculative-eagle-topk": 1,
+             "speculative-num-draft-tokens": 3}
+
+    def add(algo: str, mean: float, role: str) -> None:
+        params = space.internal_params({**shape, "env.NCCL_ALGO": algo})
+        effective = space.effective(params)
+        config = space.launch_config(effective)
+        runs = [mean * (1 + 0.01 * (i % 5 - 2)) for i in range(30)]  # mean exactly
+        study.add_trial(create_trial(
+            params=params, distributions={k: dists[k] for k in params},
+            value=sum(runs) / len(runs), state=TrialState.COMPLETE,
+            user_attrs={A.ROLE: role, A.CONFIG_ID: config.config_id(), A.EFFECTIVE: effective,
+                        A.RUNS: runs, "launch": config.to_dict()}))
+
+    add("unset", 1000.0, A.START_FROM)
+    out = tmp_path / "best.yaml"
+    none = run_cli("export", "--study", str(study_file), "-o", str(out), "--simplest")
+    assert none.returncode == 2 and not out.exists()
+    assert "--simplest: no configuration" in none.stderr and "without --simplest" in none.stderr
+    add("Tree", 1004.0, "sampler")
+    status = run_cli("status", "--study", str(study_file))
+    best = next(x for x in status.stdout.splitlines() if x.startswith("Best:"))
+    assert "NCCL_ALGO=Tree" in best and "sweeper export --simplest" in status.stdout
+    proc = run_cli("export", "--study", str(study_file), "-o", str(out), "--simplest")
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    assert "# Exported with --simplest" in text and "# Best: " in text
+    assert (tmp_path / "best.sh").exists() is False  # every env unset: nothing to set
+    assert yaml.safe_load(text)["speculative-num-steps"] == 2
+    winner = run_cli("export", "--study", str(study_file), "-o", str(out))
+    assert winner.returncode == 0 and "NCCL_ALGO=Tree" in (tmp_path / "best.env").read_text()

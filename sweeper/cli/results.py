@@ -52,7 +52,11 @@ def export(study: StudyOpt,
                                   "in steps.")] = False,
            group: Annotated[str | None, typer.Option(
                "--group", help="The winner of this group of hosts (a study measured on "
-                               "several kinds of hardware has one per group).")] = None
+                               "several kinds of hardware has one per group).")] = None,
+           simplest: Annotated[bool, typer.Option(
+               "--simplest", help="The simplest configuration tied with the winner within "
+                                  "the noise (fewest settings away from SGLang's defaults), "
+                                  "when status names one.")] = False
            ) -> None:
     """Write the best configuration as a YAML for `sglang.launch_server --config`."""
     from sweeper.results.export import export_best
@@ -60,7 +64,8 @@ def export(study: StudyOpt,
     spec = load(study)
     with _writing(f"--output {output}", output, "give another path"):
         written = export_best(spec, storage or spec.storage, output, at=at, adaptive=adaptive,
-                              group=group, check_flags=lambda flags: _host_has(spec, flags))
+                              group=group, simplest=simplest,
+                              check_flags=lambda flags: _host_has(spec, flags))
     for line in written.lines:
         out.print(line, markup=False, soft_wrap=True)
 

@@ -29,6 +29,7 @@ from sweeper.results.adaptive import plan as adaptive_plan
 from sweeper.results.exportable import Build, for_build
 from sweeper.results.headline import Headline
 from sweeper.results.hosts import of_group
+from sweeper.results.simplest import describe as describe_simplest
 from sweeper.results.storage import load_existing
 
 if TYPE_CHECKING:
@@ -54,10 +55,22 @@ def measured_under(spec: StudySpec, build: Build, gpu: str | None) -> str:
             f"{b.runs} run{'s' if b.runs != 1 else ''} a trial")
 
 
-def _chosen(spec: StudySpec, headline: Headline, at: int | None) -> tuple[ConfigResult,
-                                                                         list[str]]:
+def _chosen(spec: StudySpec, headline: Headline, at: int | None,
+            simplest: bool = False) -> tuple[ConfigResult, list[str]]:
     """The configuration to export and the lines that say why it was chosen."""
     goal = headline.goal
+    if simplest:
+        if at is not None or len(goal.levels) > 1:
+            raise InputError(f"--simplest: study {spec.name!r} has a winner per concurrency "
+                             "level; the simplest tie is given for a study of one level only")
+        if headline.simplest is None:
+            raise InputError(f"--simplest: no configuration of study {spec.name!r} ties with "
+                             "the winner within the noise with fewer settings away from "
+                             "SGLang's defaults; export the winner (without --simplest)")
+        lines = [line for line in headline.lines() if not line.startswith("Simplest within")]
+        return headline.simplest.result, [
+            "Exported with --simplest: the simplest configuration tied with the winner",
+            describe_simplest(headline.simplest), "The winner, for reference:", *lines]
     if at is not None:
         if at not in goal.levels:
             raise InputError(f"--at {at}: study {spec.name!r} measured concurrency "
@@ -97,7 +110,7 @@ def _check_output(output: Path) -> None:
 
 
 def export_best(spec: StudySpec, storage_url: str, output: Path, *, at: int | None = None,
-                adaptive: bool = False, group: str | None = None,
+                adaptive: bool = False, group: str | None = None, simplest: bool = False,
                 check_flags: Callable[[list[str]], None] | None = None) -> Exported:
     """Write ``output`` (flags, SGLang's --config format) and ``output.env`` (the
     environment, which SGLang's YAML cannot hold). Secrets are references, not values.
@@ -105,7 +118,8 @@ def export_best(spec: StudySpec, storage_url: str, output: Path, *, at: int | No
     SGLang's adaptive mode (results/adaptive.py), the JSON written beside the YAML, once
     ``check_flags(flags)`` (the host's SGLang has them: remote/preflight.py) has passed.
     ``group``: the winner of that group's hardware; a study measured on several groups
-    needs it (results are compared only within a group)."""
+    needs it (results are compared only within a group). ``simplest``: the simplest
+    configuration tied with the winner within the noise (results/simplest.py) instead."""
     from sweeper.search.space import SearchSpace
 
     _check_output(output)
@@ -115,8 +129,9 @@ def export_best(spec: StudySpec, storage_url: str, output: Path, *, at: int | No
     space = SearchSpace(spec)
     json_path = None
     if adaptive:
-        if at is not None:
-            raise InputError("--adaptive and --at: choose one")
+        if at is not None or simplest:
+            raise InputError(f"--adaptive and {'--at' if at is not None else '--simplest'}: "
+                             "choose one")
         if not headline.per_level:
             raise InputError(f"{spec.path}: study {spec.name!r} has no configuration "
                              "measured at several concurrency levels yet; --adaptive needs "
@@ -145,7 +160,7 @@ def export_best(spec: StudySpec, storage_url: str, output: Path, *, at: int | No
             chosen.append("(the same steps won at every level: adaptive mode changes nothing "
                           "here; a plain export serves the same)")
     else:
-        best, chosen = _chosen(spec, headline, at)
+        best, chosen = _chosen(spec, headline, at, simplest)
         first = next(t for t in trials if t.number == best.trials[0])
         config = space.baseline_config() if best.is_baseline else \
             space.launch_config(space.effective(first.params))
@@ -153,6 +168,8 @@ def export_best(spec: StudySpec, storage_url: str, output: Path, *, at: int | No
     exportable = for_build(config, build)
     config = exportable.config
     winner = headline.best if not adaptive and headline.best is not None else None
+    if simplest and headline.simplest is not None:
+        winner = headline.simplest.result
     if adaptive:
         winner = next(iter(headline.per_level.values()), None)
     # the GPU type the winner's host reported (its group); a confirm-phase trial may not

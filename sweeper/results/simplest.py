@@ -14,7 +14,7 @@ simpler one is the better recommendation. The rule, stated wherever it is applie
   speculative number counts).
 
 This module only recommends; the winner stays the verdict's (results/verdict.py), which
-is what `export` writes.
+is what `export` writes; `export --simplest` writes this one instead.
 """
 
 from __future__ import annotations
@@ -91,4 +91,5 @@ def describe(s: Simplest) -> str:
     return (f"Simplest within the noise: {R.short_params(s.result.effective)} — "
             f"{s.settings} setting{'' if s.settings == 1 else 's'} away from SGLang's "
             f"defaults against the winner's {s.winner_settings}, {pct:+.1f}% [{lo:+.1f}, "
-            f"{hi:+.1f}] against it: {why} (rule — {RULE})")
+            f"{hi:+.1f}] against it: {why}; `sweeper export --simplest` writes it "
+            f"(rule — {RULE})")
