@@ -269,6 +269,21 @@ def test_the_confirm_phase_stays_within_its_hosts_group(tmp_path: Path) -> None:
            if t.number not in before]
     assert new and {t.user_attrs.get(A.GROUP) for t in new} == {"a100"}, new
     assert {t.user_attrs.get(A.HOST) for t in new} == {f"local:{data['hosts'][1]['port']}"}
+    # `--group all`: every group's leaders at once, each group on its own host
+    before = {t.number for t in optuna.load_study(study_name="t", storage=data["storage"]).trials}
+    both = run_cli("confirm", "--study", str(path), "--top", "1", "--runs", "2",
+                   "--group", "all")
+    assert both.returncode == 0, both.stdout + both.stderr
+    assert "Confirming the leaders of 2 groups" in both.stdout, both.stdout
+    new = [t for t in optuna.load_study(study_name="t", storage=data["storage"]).trials
+           if t.number not in before]
+    hosts = {f"local:{h['port']}": h["group"] for h in data["hosts"]}
+    assert {(t.user_attrs.get(A.GROUP), hosts[t.user_attrs[A.HOST]]) for t in new} == \
+        {("h200", "h200"), ("a100", "a100")}, new
+    for g in ("h200", "a100"):  # a verdict, with its table, per group
+        assert f"Group {g} (local:" in both.stdout and both.stdout.count("◀ winner") == 2
+    for h in hosts:  # two groups' lines interleave: each names its host
+        assert f"[{h}] confirm 1/2: baseline" in both.stdout, both.stdout
     none = run_cli("confirm", "--study", str(path), "--group", "l40s")
     assert none.returncode == 2 and re.search(r"--group l40s: study 't' has no measurement "
                                               r"on it; its groups: (h200, a100|a100, h200)",

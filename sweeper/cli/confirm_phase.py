@@ -13,8 +13,11 @@ import typer
 from sweeper.cli.common import err, out, resume_hint
 from sweeper.errors import InputError, SweeperError
 
+ALL = "all"  # `sweeper confirm --group all`: every group at once
+
 if TYPE_CHECKING:
     from sweeper.run.confirm import ConfirmStart
+    from sweeper.run.confirm_groups import GroupConfirm
     from sweeper.run.confirm_runs import VisitRuns
     from sweeper.run.progress import ConsoleReporter
     from sweeper.run.session import HostSession
@@ -54,8 +57,7 @@ def confirm_at_once(groups: list[tuple[Worker, ConfirmStart]],
                      reporter: ConsoleReporter) -> None:
     """Each group's confirm phase on its own host, all at once (run/confirm_groups.py),
     then each group's table; the first group's error, if any, once every table is out."""
-    from sweeper.run.confirm_groups import GroupConfirm, confirm_groups
-    from sweeper.run.confirm_table import print_confirm
+    from sweeper.run.confirm_groups import GroupConfirm
 
     reporter.close()  # the sweep's bar is done; the confirm phase gets its own
     out.print("Each group confirms its leaders on its own host, all groups at the same time.")
@@ -68,6 +70,33 @@ def confirm_at_once(groups: list[tuple[Worker, ConfirmStart]],
         visit = _announce(w.session, plan.top, plan.runs, plan.rounds)
         jobs.append(GroupConfirm(w.group or "", w.label, w.session, plan.top, plan.runs,
                                  plan.rounds, visit))
+    _run_groups(jobs, reporter)
+
+
+def confirm_every_group(sweeps: list[tuple[str, HostSession]], top: int, runs: int,
+                        reporter: ConsoleReporter, exact: bool = False) -> None:
+    """`sweeper confirm --group all`: each group's leaders on its own first host, all at
+    once, as `optimize` ends a sweep of several groups."""
+    from sweeper.run.confirm_groups import GroupConfirm
+
+    out.print(f"Confirming the leaders of {len(sweeps)} groups of hardware, each on its "
+              "own host, all at the same time.")
+    jobs = []
+    for group, sweep in sweeps:
+        from sweeper.run.hostview import Prefixed
+
+        label = sweep.spec.hosts[0].label  # as the sweep's lines and trials name it
+        sweep.report = Prefixed(sweep.report, label, True)  # two groups' lines interleave
+        out.print(f"Group {group} ({label}):", markup=False)
+        visit = _announce(sweep, top, runs, 2, exact)
+        jobs.append(GroupConfirm(group, label, sweep, top, runs, 2, visit))
+    _run_groups(jobs, reporter)
+
+
+def _run_groups(jobs: list[GroupConfirm], reporter: ConsoleReporter) -> None:
+    from sweeper.run.confirm_groups import confirm_groups
+    from sweeper.run.confirm_table import print_confirm
+
     try:
         confirm_groups(jobs, reporter)
     except KeyboardInterrupt:
@@ -115,14 +144,23 @@ def confirm_one(sweep: HostSession, top: int, runs: int, reporter: ConsoleReport
     print_confirm(out, outcome)
 
 
-def check_group(spec: StudySpec, storage: str | None, group: str) -> None:
+def check_group(spec: StudySpec, storage: str | None, group: str) -> list[str]:
     """``--group`` names a group that measured something in the stored study (the check
-    export and report make)."""
-    from sweeper.results.hosts import of_group
+    export and report make), or is ``all``; the groups it stands for."""
+    from sweeper.results.hosts import of_group, trial_groups
     from sweeper.results.storage import load_existing
 
     stored = load_existing(storage or spec.storage, spec.name, str(spec.path), spec.storage)
-    of_group(spec, stored.get_trials(deepcopy=False), group)
+    trials = stored.get_trials(deepcopy=False)
+    if group == ALL:
+        groups = trial_groups(trials)
+        if len(groups) < 2:
+            raise InputError(f"--group all: study {spec.name!r} was measured on "
+                             f"{'one group of hardware' if groups else 'no host yet'}; "
+                             "confirm it without --group")
+        return groups
+    of_group(spec, trials, group)
+    return [group]
 
 
 def _host_group(sweep: HostSession) -> str:
@@ -179,5 +217,6 @@ def confirm_group(sweep: HostSession, wanted: str | None = None) -> str | None:
     which = "the other's" if len(others) == 1 else "another's"
     out.print(f"Confirming group {group}'s leaders on {sweep.host.name} (the study was "
               f"measured on {len(groups)} groups of hardware: {', '.join(groups)}; "
-              f"{which} with --group {' | '.join(others)}).", markup=False, soft_wrap=True)
+              f"{which} with --group {' | '.join(others)}, every group's at once with "
+              f"--group {ALL}).", markup=False, soft_wrap=True)
     return group

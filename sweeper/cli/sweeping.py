@@ -25,8 +25,10 @@ from sweeper.cli.common import (
     simulated_note,
 )
 from sweeper.cli.confirm_phase import (
+    ALL,
     check_group,
     confirm_at_once,
+    confirm_every_group,
     confirm_group,
     confirm_hosts,
     confirm_one,
@@ -45,7 +47,9 @@ PortOpt = Annotated[int | None, typer.Option(
 
 if TYPE_CHECKING:
     from sweeper.run.progress import ConsoleReporter
+    from sweeper.run.session import HostSession
     from sweeper.run.workers import HostPool
+    from sweeper.study import StudySpec
 
 
 def _allow_delete(yes: bool, study: str, storage: str) -> Callable[[int], bool]:
@@ -259,7 +263,8 @@ def confirm(study: StudyOpt, storage: StorageOpt = None,
             group: Annotated[str | None, typer.Option(
                 "--group", help="On a study measured on several kinds of hardware: confirm "
                                 "this group's leaders, on its first host (default: the "
-                                "first host's group).")] = None,
+                                "first host's group); all: every group's at once, each on "
+                                "its own host.")] = None,
             port: PortOpt = None) -> None:
     """Re-measure the top configurations and the baseline, interleaved, and pick the
     winner on those fresh runs (what `export` then writes)."""
@@ -271,9 +276,11 @@ def confirm(study: StudyOpt, storage: StorageOpt = None,
     spec = load(study)
     study_prompts(spec.path, spec.benchmark.prompts, spec.benchmark.input_tokens)
     spec = choose_port(spec, storage or spec.storage, port).spec
-    if group is not None:
-        check_group(spec, storage, group)  # before any host is reached
+    groups = check_group(spec, storage, group) if group is not None else []  # no host yet
     reporter = ConsoleReporter(out)
+    if group == ALL:
+        _confirm_all(spec, storage, groups, top, runs, reporter)
+        return
     sweep = open_host_of(spec, storage, reporter, group)
     try:
         sweep.group = confirm_group(sweep, group)
@@ -283,6 +290,25 @@ def confirm(study: StudyOpt, storage: StorageOpt = None,
     finally:
         sweep.stop_server()
         sweep.close()
+
+
+def _confirm_all(spec: StudySpec, storage: str | None, groups: list[str], top: int,
+                 runs: int | None, reporter: ConsoleReporter) -> None:
+    from sweeper.run.ctrlc import sigterm_as_interrupt
+
+    sweeps: list[tuple[str, HostSession]] = []
+    try:
+        for g in groups:  # every host reached before any server starts
+            sweep = open_host_of(spec, storage, reporter, g)
+            sweep.group = g
+            sweeps.append((g, sweep))
+        with sigterm_as_interrupt():
+            confirm_every_group(sweeps, top, runs or spec.sweep.confirm_runs, reporter,
+                                exact=runs is not None)
+    finally:
+        for _, sweep in sweeps:
+            sweep.stop_server()
+            sweep.close()
 
 
 @app.command()
