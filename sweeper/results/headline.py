@@ -56,6 +56,8 @@ class Headline:
     rivals: bool = True
     # configurations to compare, each one run on one start: no noise to state a chance on
     noise_unmeasured: bool = False
+    # how many other configurations "How sure" weighs the winner against
+    compared: int = 0
 
     @classmethod
     def of(cls, study: optuna.Study, objective: str = "mean",
@@ -68,14 +70,15 @@ class Headline:
             pooled = next((r for r in results if r.config_id == v.best.config_id), None)
         return cls(v.best, v.baseline, v.confirmed, goal=v.goal, per_level=v.per_level,
                    front=v.front, sure=v.sure, start_note=v.start_text(), pooled=pooled,
+                   compared=v.rivals,
                    simplest=_simplest(study, trials, v),
                    rivals=any(not r.is_baseline for r in results),
                    noise_unmeasured=len(results) > 1 and not noise_measured(
                        [r.by_start() for r in results]))
 
     def how_sure(self) -> str | None:
-        """``How sure: 87% that no other configuration measured is truly more than 1%
-        faster (on every run of each, ...)``: the chance the pick is right to within 1%,
+        """``How sure: 87% that none of the 12 other configurations measured is truly more
+        than 1% faster (on every run of each, ...)``: the chance the pick is right to within 1%,
         not a claim that the configurations are tied."""
         if self.noise_unmeasured and self.best is not None:
             return ("How sure: not stated: every configuration has one run on one server "
@@ -87,9 +90,11 @@ class Headline:
         # not a confirm phase ran
         on = "every run of each pooled, sweep and confirm phase" if self.confirmed else \
             "every run of each pooled"
-        return (f"How sure: {self.sure:.0%} that no other configuration measured is truly "
-                f"more than {R.SURE_TOL:.0%} faster ({on}, start by start: the spread "
-                "between server starts included)")
+        # the count: a high figure against one or two rivals says little about the space
+        claim = "the one other configuration measured is not" if self.compared == 1 else \
+            f"none of the {self.compared} other configurations measured is"
+        return (f"How sure: {self.sure:.0%} that {claim} truly more than {R.SURE_TOL:.0%} "
+                f"faster ({on}, start by start: the spread between server starts included)")
 
     def pooled_note(self) -> str | None:
         """After a confirm phase: which runs the winner's figure rests on. All its starts

@@ -207,6 +207,8 @@ class Verdict:
     sure: float | None = None
     # the between-start spread measured on this node (measure/stats.start_variance)
     start: StartVariance | None = None
+    # how many other configurations ``sure`` compares the best with (the baseline counted)
+    rivals: int = 0
 
     def start_text(self) -> str | None:
         """The between-start spread in words, for the summary (None: not measured yet)."""
@@ -249,6 +251,12 @@ def _sure(best: ConfigResult | None, pool: Sequence[ConfigResult], tau2: float
                            math.sqrt(within_variance([mine, *rest])))
 
 
+def _rivals(best: ConfigResult | None, pool: Sequence[ConfigResult]) -> int:
+    """How many configurations ``_sure`` weighs the best against."""
+    return sum(1 for r in pool if best is not None and r.config_id != best.config_id
+               and r.runs)
+
+
 def study_goal(study: optuna.Study) -> Objective:
     """The levels and objective the study was created with (results/attrs.py OBJECTIVE)."""
     return Objective.from_signature(study.user_attrs.get(A.OBJECTIVE))
@@ -279,7 +287,7 @@ def verdict(study: optuna.Study, objective: str = "mean",
                            per_level, pareto_front(pooled, goal))
         v = _verdict(trials, confirmed, objective, lossy)
         return Verdict(v.best, v.baseline, v.confirmed, goal, per_level, sure=v.sure,
-                       start=v.start)
+                       start=v.start, rivals=v.rivals)
     return _verdict(trials, confirmed, objective, lossy)
 
 
@@ -313,10 +321,10 @@ def _verdict(trials: Sequence[FrozenTrial], confirmed: dict[str, Any] | None, ob
         if winner is not None:
             best = pooled(winner)
             return Verdict(best, pooled(baseline_result(fresh)), True,
-                           sure=_sure(best, top, sv.tau2), start=sv)
+                           sure=_sure(best, top, sv.tau2), start=sv, rivals=_rivals(best, top))
     best = top[0] if top else None
     return Verdict(best, baseline_result(results), False, sure=_sure(best, top, sv.tau2),
-                   start=sv)
+                   start=sv, rivals=_rivals(best, top))
 
 
 def best_result(study: optuna.Study, objective: str = "mean",
