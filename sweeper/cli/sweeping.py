@@ -258,10 +258,9 @@ def _optimize(run: _Run, study: str, trials: int, timeout: float | None, storage
 def confirm(study: StudyOpt, storage: StorageOpt = None,
             top: Annotated[int, typer.Option(min=1, help="How many top configurations.")] = 3,
             runs: Annotated[int | None, typer.Option(min=1, help=(
-                "Runs per configuration, exactly this many split over its two fresh "
-                "starts, rounded up to the same on each (default: the study's "
-                "confirm_runs, or more when one server start is worth more on this "
-                "node)"))] = None,
+                "Runs per configuration, split evenly over its two fresh starts and "
+                "rounded up (3: 2 on each); without it, the study's confirm_runs, or "
+                "more when one server start is worth more on this node"))] = None,
             group: Annotated[str | None, typer.Option(
                 "--group", help="On a study measured on several kinds of hardware: confirm "
                                 "this group's leaders, on its first host (default: the "
