@@ -91,5 +91,5 @@ def describe(s: Simplest) -> str:
     return (f"Simplest within the noise: {R.short_params(s.result.effective)} — "
             f"{s.settings} setting{'' if s.settings == 1 else 's'} away from SGLang's "
             f"defaults against the winner's {s.winner_settings}, {pct:+.1f}% [{lo:+.1f}, "
-            f"{hi:+.1f}] against it: {why}; `sweeper export --simplest` writes it "
+            f"{hi:+.1f}] against it: {why}; the export command with --simplest writes it "
             f"(rule — {RULE})")
