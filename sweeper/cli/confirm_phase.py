@@ -78,13 +78,12 @@ def confirm_every_group(sweeps: list[tuple[str, HostSession]], top: int, runs: i
     """`sweeper confirm --group all`: each group's leaders on its own first host, all at
     once, as `optimize` ends a sweep of several groups."""
     from sweeper.run.confirm_groups import GroupConfirm
+    from sweeper.run.hostview import Prefixed
 
     out.print(f"Confirming the leaders of {len(sweeps)} groups of hardware, each on its "
               "own host, all at the same time.")
     jobs = []
     for group, sweep in sweeps:
-        from sweeper.run.hostview import Prefixed
-
         label = sweep.spec.hosts[0].label  # as the sweep's lines and trials name it
         sweep.report = Prefixed(sweep.report, label, True)  # two groups' lines interleave
         out.print(f"Group {group} ({label}):", markup=False)

@@ -70,7 +70,7 @@ class Headline:
             pooled = next((r for r in results if r.config_id == v.best.config_id), None)
         return cls(v.best, v.baseline, v.confirmed, goal=v.goal, per_level=v.per_level,
                    front=v.front, sure=v.sure, start_note=v.start_text(), pooled=pooled,
-                   compared=v.rivals,
+                   compared=v.compared,
                    simplest=_simplest(study, trials, v),
                    rivals=any(not r.is_baseline for r in results),
                    noise_unmeasured=len(results) > 1 and not noise_measured(

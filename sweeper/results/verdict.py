@@ -208,7 +208,7 @@ class Verdict:
     # the between-start spread measured on this node (measure/stats.start_variance)
     start: StartVariance | None = None
     # how many other configurations ``sure`` compares the best with (the baseline counted)
-    rivals: int = 0
+    compared: int = 0
 
     def start_text(self) -> str | None:
         """The between-start spread in words, for the summary (None: not measured yet)."""
@@ -244,17 +244,18 @@ def _sure(best: ConfigResult | None, pool: Sequence[ConfigResult], tau2: float
     if best is None:
         return None
     mine = next((r for r in pool if r.config_id == best.config_id), best).by_start()
-    rest = [r.by_start() for r in pool if r.config_id != best.config_id and r.runs]
+    rest = [r.by_start() for r in _rivals(best, pool)]
     if not rest or not noise_measured([mine, *rest]):
         return None
     return p_within_starts(mine, rest, tau2, SURE_TOL,
                            math.sqrt(within_variance([mine, *rest])))
 
 
-def _rivals(best: ConfigResult | None, pool: Sequence[ConfigResult]) -> int:
-    """How many configurations ``_sure`` weighs the best against."""
-    return sum(1 for r in pool if best is not None and r.config_id != best.config_id
-               and r.runs)
+def _rivals(best: ConfigResult | None, pool: Sequence[ConfigResult]) -> list[ConfigResult]:
+    """The configurations ``_sure`` weighs the best against: every other one measured."""
+    if best is None:
+        return []
+    return [r for r in pool if r.config_id != best.config_id and r.runs]
 
 
 def study_goal(study: optuna.Study) -> Objective:
@@ -287,7 +288,7 @@ def verdict(study: optuna.Study, objective: str = "mean",
                            per_level, pareto_front(pooled, goal))
         v = _verdict(trials, confirmed, objective, lossy)
         return Verdict(v.best, v.baseline, v.confirmed, goal, per_level, sure=v.sure,
-                       start=v.start, rivals=v.rivals)
+                       start=v.start, compared=v.compared)
     return _verdict(trials, confirmed, objective, lossy)
 
 
@@ -321,10 +322,11 @@ def _verdict(trials: Sequence[FrozenTrial], confirmed: dict[str, Any] | None, ob
         if winner is not None:
             best = pooled(winner)
             return Verdict(best, pooled(baseline_result(fresh)), True,
-                           sure=_sure(best, top, sv.tau2), start=sv, rivals=_rivals(best, top))
+                           sure=_sure(best, top, sv.tau2), start=sv,
+                           compared=len(_rivals(best, top)))
     best = top[0] if top else None
     return Verdict(best, baseline_result(results), False, sure=_sure(best, top, sv.tau2),
-                   start=sv, rivals=_rivals(best, top))
+                   start=sv, compared=len(_rivals(best, top)))
 
 
 def best_result(study: optuna.Study, objective: str = "mean",
