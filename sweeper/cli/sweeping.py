@@ -267,8 +267,9 @@ def confirm(study: StudyOpt, storage: StorageOpt = None,
                                 "first host's group); all: every group's at once, each on "
                                 "its own host.")] = None,
             port: PortOpt = None) -> None:
-    """Re-measure the top configurations and the baseline, interleaved, and pick the
-    winner on those fresh runs (what `export` then writes)."""
+    """Re-measure the top configurations and the baseline on fresh, interleaved starts,
+    and pick the winner on every start of each, the sweep's and these (what `export`
+    then writes)."""
     from sweeper.measure.prompts import study_prompts
     from sweeper.run.ctrlc import sigterm_as_interrupt
     from sweeper.run.ports import choose_port
