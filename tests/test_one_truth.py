@@ -21,11 +21,19 @@ def _best_line(text: str) -> str:
     return next(line for line in text.splitlines() if line.startswith("Best: "))
 
 
+def _node_line(text: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith("Node time: "))
+
+
 def test_summary_status_export_and_report_name_the_same_winner(finished: Path,
                                                                tmp_path: Path) -> None:
     summary = _best_line((finished.parent / "optimize.out").read_text())
     status = run_cli("status", "--study", str(finished), env={"COLUMNS": "300"})
     assert status.returncode == 0 and _best_line(status.stdout) == summary
+    # the node time spent, the confirm phase's restarts and runs included in both
+    node = _node_line((finished.parent / "optimize.out").read_text())
+    assert _node_line(status.stdout) == node
+    assert "on the simulated server, not a GPU node's" in node
     out = tmp_path / "best.yaml"
     export = run_cli("export", "--study", str(finished), "-o", str(out))
     assert export.returncode == 0, export.stderr
@@ -34,6 +42,24 @@ def test_summary_status_export_and_report_name_the_same_winner(finished: Path,
     report = run_cli("report", "--study", str(finished), "-o", str(tmp_path / "r"))
     assert summary.replace("—", "&mdash;") in (tmp_path / "r" / "report.html").read_text() \
         or summary in (tmp_path / "r" / "report.html").read_text(), report.stdout
+
+
+def test_the_node_time_at_a_sweeps_end_counts_its_confirm_phase(make_study) -> None:  # noqa: ANN001
+    """The end of `optimize` and `status` give one node time, the confirm phase's
+    restarts in it: a user on a paid node reads what the whole command cost."""
+    path = make_study(sweep={"seed": 3, "n_startup_trials": 2, "confirm_top": 1,
+                             "confirm_runs": 2, "restart_cost": "8m"})
+    proc = run_cli("optimize", "--study", str(path), "--trials", "3")
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert "Confirm phase" in proc.stdout
+    node = _node_line(proc.stdout)
+    status = run_cli("status", "--study", str(path))
+    assert status.returncode == 0 and _node_line(status.stdout) == node
+    study = optuna.load_study(study_name="t", storage=f"sqlite:///{path.parent / 't.db'}")
+    restarts = sum(1 for t in study.trials if (t.user_attrs.get(A.STARTUP) or 0) > 0)
+    assert any(t.user_attrs.get(A.CONFIRM) for t in study.trials)
+    hours = float(node.split()[2])
+    assert restarts * 480 / 3600 <= hours < restarts * 480 / 3600 + 0.05, (node, restarts)
 
 
 def test_confirm_trials_keep_their_evidence_and_a_real_duration(finished: Path) -> None:

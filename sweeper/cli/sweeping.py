@@ -183,6 +183,7 @@ def _optimize(run: _Run, study: str, trials: int, timeout: float | None, storage
     from sweeper.run.ports import choose_port
     from sweeper.run.progress import ConsoleReporter
     from sweeper.run.workers import HostPool
+    from sweeper.search.nodetime import study_spent
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # we report trials ourselves
     choice = choose_port(spec, storage or spec.storage, port)
@@ -247,6 +248,9 @@ def _optimize(run: _Run, study: str, trials: int, timeout: float | None, storage
     run.done = True
     reporter.close()
     measured = pool.study.get_trials(deepcopy=False)  # read once for the lines below
+    if jobs:  # the node time the live line last said, with the confirm phase's added
+        summary.node_seconds, summary.node_source = study_spent(spec, measured,
+                                                                summary.simulated)
     print_summary(out, summary, Headline.of(sweep.study, spec.benchmark.aggregate, measured),
                   export, trial_groups(measured))
     if len(spec.hosts) > 1:  # each host's state, and each group's winner when several

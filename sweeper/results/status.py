@@ -27,6 +27,7 @@ from sweeper.results.labels import compact_params, compact_parts
 from sweeper.results.liveness import is_stale
 from sweeper.results.storage import load_existing
 from sweeper.results.table import trials_frame
+from sweeper.search.nodetime import study_spent
 from sweeper.study.base import public_url
 
 if TYPE_CHECKING:
@@ -63,6 +64,10 @@ def several_groups(groups: Sequence[str], export: str = "sweeper export") -> str
             f"Best'). Export one: {group_export(export, 'NAME')}")
 
 
+def node_line(seconds: float, source: str) -> str:
+    return f"Node time: {seconds / 3600:.2f} node-hours ({source})"
+
+
 def print_summary(console: Console, s: SweepSummary, headline: Headline,
                   export: str | None = None, groups: Sequence[str] = ()) -> None:
     """The end of a sweep; ``export`` is the command that exports this sweep's winner
@@ -72,7 +77,7 @@ def print_summary(console: Console, s: SweepSummary, headline: Headline,
     if s.stop_reason:
         console.print(f"Stopped early: {s.stop_reason}")
     if s.node_seconds is not None:
-        console.print(f"Node time: {s.node_seconds / 3600:.2f} node-hours ({s.node_source})")
+        console.print(node_line(s.node_seconds, s.node_source))
     export = export or f"sweeper export --study {s.study} -o best.yaml"
     if len(groups) > 1:
         console.print(several_groups(groups, export), markup=False, soft_wrap=True)
@@ -193,6 +198,10 @@ def print_status(console: Console, spec: StudySpec, storage_url: str,
     if started:
         console.print(f"[dim]first trial started {started:%Y-%m-%d %H:%M}; "
                       f"now {dt.datetime.now():%H:%M}[/]", soft_wrap=False)
+    # what the node has cost so far: on a paid node, watched from a second terminal
+    spent, source = study_spent(spec, trials, bool(study.user_attrs.get(A.SIMULATED)))
+    if spent > 0:
+        console.print(node_line(spent, source), soft_wrap=False)  # wrapped at words
     print_hosts(console, study, spec.benchmark.aggregate, trials)
     groups = trial_groups(trials)
     if len(groups) > 1:

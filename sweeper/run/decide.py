@@ -27,7 +27,6 @@ from sweeper.search.nodetime import (
     SURE_TOL,
     measured_costs,
     not_worth_a_restart,
-    spent_seconds,
     stop_reason,
 )
 
@@ -209,18 +208,6 @@ def sure_stop(spec: StudySpec, trials: Sequence[FrozenTrial], done: int, budget:
             return None
         stops.append(f"group {g}: {stop.reason}" if len(groups) > 1 else stop.reason)
     return Stop("; ".join(stops))
-
-
-def node_time(spec: StudySpec, trials: Sequence[FrozenTrial], simulated: bool
-              ) -> tuple[float, str]:
-    """Node-seconds spent so far and where the figure comes from (search/nodetime.py), for
-    the live line and the summary."""
-    sw, bench = spec.sweep, spec.benchmark
-    secs, source = spent_seconds(list(trials), bench.max_tokens, bench.warmup,
-                                 sw.restart_cost, sw.run_cost)
-    if simulated:
-        source = f"{source} on the simulated server, not a GPU node's"
-    return secs, source
 
 
 # --------------------------------------------------------------------------- outcomes

@@ -42,7 +42,7 @@ from sweeper.results.hosts import DONE, IDLE, RETIRED, STARTING, record_host
 from sweeper.run.asking import Asker, Busy, NoRoom
 from sweeper.run.common import SweepOptions, SweepSummary, storage_guard
 from sweeper.run.ctrlc import cleaning_up, handled, raise_pending, sigterm_as_interrupt
-from sweeper.run.decide import Outcome, node_time, skip_limit, sure_stop
+from sweeper.run.decide import Outcome, skip_limit, sure_stop
 from sweeper.run.failed import group_failing, group_left_out
 from sweeper.run.hostview import Prefixed, host_view
 from sweeper.run.killpoint import killpoint
@@ -54,6 +54,7 @@ from sweeper.run.step import Observer, run_trial
 from sweeper.run.worker import Worker
 from sweeper.search.grouped import GroupSampler
 from sweeper.search.model.sampler import ModelSampler
+from sweeper.search.nodetime import study_spent
 from sweeper.study import StudySpec
 
 BACKOFF_SECONDS = 1.0
@@ -383,7 +384,7 @@ class HostPool:
 
     def _spent(self, trials: list[FrozenTrial]) -> str:
         """Node-hours so far, for the live line (and kept for the summary)."""
-        secs, source = node_time(self.spec, trials, self.summary.simulated)
+        secs, source = study_spent(self.spec, trials, self.summary.simulated)
         self.summary.node_seconds, self.summary.node_source = secs, source
         return f"{secs / 3600:.2f} node-h"
 

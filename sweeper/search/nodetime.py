@@ -15,7 +15,8 @@ expected loss for some node-seconds. These are the pure building blocks:
 - ``choose``: the option with the best gain per node-second, or stop when none pays;
 - ``stop_reason``: the stop rule, ``sweep.stop_when_sure`` (default 0.95 that the pick is
   within 1% of the best measured);
-- ``spent_seconds``: the node time a study's trials took;
+- ``spent_seconds``: the node time a study's trials took; ``study_spent`` the same on a
+  study's settings, labelled (the live line, the summary, ``sweeper status``);
 - ``plan_seconds``: the node time of a study as written (``sweeper validate``).
 
 Where they plug in: after each finished trial the loop (run/workers.py) asks
@@ -34,10 +35,13 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sweeper.measure.stats import Starts, noise_measured, se2_after
 from sweeper.measure.sure import p_within_starts
+
+if TYPE_CHECKING:
+    from sweeper.study import StudySpec
 from sweeper.search.model.racing import INDIFFERENCE, expected_excess
 
 SURE_TOL = 0.01  # "within 1% of the best", as results/verdict.py states it
@@ -218,6 +222,18 @@ def spent_seconds(trials: Sequence[Any], max_tokens: int, warmup: int = 1,
     source = "start-ups at sweep.restart_cost" if restart_s else "start-ups as timed"
     source += ", runs at sweep.run_cost" if run_s else ", runs as timed"
     return up_s + runs_s, source
+
+
+def study_spent(spec: StudySpec, trials: Sequence[Any], simulated: bool
+                ) -> tuple[float, str]:
+    """``spent_seconds`` on ``spec``'s costs, and where the figure comes from, said of the
+    simulated server when it is one."""
+    sw, bench = spec.sweep, spec.benchmark
+    secs, source = spent_seconds(list(trials), bench.max_tokens, bench.warmup,
+                                 sw.restart_cost, sw.run_cost)
+    if simulated:
+        source = f"{source} on the simulated server, not a GPU node's"
+    return secs, source
 
 
 def plan_seconds(costs: Costs, trials: int, runs: int, warmup: int, max_runs: int | None,
