@@ -39,10 +39,10 @@ from typing import TYPE_CHECKING, Any
 
 from sweeper.measure.stats import Starts, noise_measured, se2_after
 from sweeper.measure.sure import p_within_starts
+from sweeper.search.model.racing import INDIFFERENCE, expected_excess
 
 if TYPE_CHECKING:
     from sweeper.study import StudySpec
-from sweeper.search.model.racing import INDIFFERENCE, expected_excess
 
 SURE_TOL = 0.01  # "within 1% of the best", as results/verdict.py states it
 
