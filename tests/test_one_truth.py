@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import optuna
+import pytest
 from optuna.distributions import IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
@@ -57,9 +58,23 @@ def test_the_node_time_at_a_sweeps_end_counts_its_confirm_phase(make_study) -> N
     assert status.returncode == 0 and _node_line(status.stdout) == node
     study = optuna.load_study(study_name="t", storage=f"sqlite:///{path.parent / 't.db'}")
     restarts = sum(1 for t in study.trials if (t.user_attrs.get(A.STARTUP) or 0) > 0)
-    assert any(t.user_attrs.get(A.CONFIRM) for t in study.trials)
+    # the leader and the baseline on two fresh starts each: 4 restarts, none reused
+    assert [t.user_attrs[A.STARTUP] > 0 for t in study.trials
+            if t.user_attrs.get(A.CONFIRM)] == [True] * 4
     hours = float(node.split()[2])
-    assert restarts * 480 / 3600 <= hours < restarts * 480 / 3600 + 0.05, (node, restarts)
+    assert restarts * 480 / 3600 - 0.005 <= hours < restarts * 480 / 3600 + 0.05, (node, restarts)
+    # `confirm` on its own says what it cost (its restarts) and the study's new total
+    again = run_cli("confirm", "--study", str(path), "--top", "1", "--runs", "2")
+    assert again.returncode == 0, again.stderr + again.stdout
+    line = _node_line(again.stdout)
+    phase, total = (float(x) for x in re.findall(r"(\d+\.\d+) (?:node-hours|in all)", line))
+    assert phase == pytest.approx(4 * 480 / 3600, abs=0.02), line  # 2 starts, 2 configs
+    study = optuna.load_study(study_name="t", storage=f"sqlite:///{path.parent / 't.db'}")
+    visits = [t for t in study.trials if t.user_attrs.get(A.CONFIRM)]
+    assert len(visits) == 8 and all(t.user_attrs[A.STARTUP] > 0 for t in visits)  # fresh
+    status = run_cli("status", "--study", str(path))
+    assert f"{total:.2f} node-hours" in _node_line(status.stdout)
+    assert f"Export it: sweeper export --study {path} -o best.yaml" in again.stdout
 
 
 def test_confirm_trials_keep_their_evidence_and_a_real_duration(finished: Path) -> None:

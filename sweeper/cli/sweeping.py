@@ -275,6 +275,8 @@ def confirm(study: StudyOpt, storage: StorageOpt = None,
     and pick the winner on every start of each, the sweep's and these (what `export`
     then writes)."""
     from sweeper.measure.prompts import study_prompts
+    from sweeper.results.headline import group_export
+    from sweeper.results.hosts import trial_groups
     from sweeper.run.ctrlc import sigterm_as_interrupt
     from sweeper.run.ports import choose_port
     from sweeper.run.progress import ConsoleReporter
@@ -290,12 +292,38 @@ def confirm(study: StudyOpt, storage: StorageOpt = None,
     sweep = open_host_of(spec, storage, reporter, group)
     try:
         sweep.group = confirm_group(sweep, group)
+        spent = _ConfirmSpent(spec, sweep)
         with sigterm_as_interrupt():  # SIGTERM, SIGHUP: the Ctrl-C path, the server stopped
             confirm_one(sweep, top, runs or spec.sweep.confirm_runs, reporter,
                      exact=runs is not None)
+        spent.say()
+        export = export_command(study, storage, spec)
+        if sweep.group and len(trial_groups(sweep.study.get_trials(deepcopy=False))) > 1:
+            export = group_export(export, sweep.group)  # several: export needs the group
+        out.print(f"Export it: {export}", markup=False, soft_wrap=True)
     finally:
         sweep.stop_server()
         sweep.close()
+
+
+class _ConfirmSpent:
+    """What a `confirm` command cost the node, said at its end beside the study's total
+    (a sweep's summary says its own, confirm phase included)."""
+
+    def __init__(self, spec: StudySpec, sweep: HostSession) -> None:
+        from sweeper.search.nodetime import study_spent
+
+        self.spec, self.sweep = spec, sweep
+        self.before = study_spent(spec, sweep.study.get_trials(deepcopy=False),
+                                  sweep.summary.simulated)[0]
+
+    def say(self) -> None:
+        from sweeper.search.nodetime import study_spent
+
+        after, source = study_spent(self.spec, self.sweep.study.get_trials(deepcopy=False),
+                                    self.sweep.summary.simulated)
+        out.print(f"Node time: {(after - self.before) / 3600:.2f} node-hours this confirm "
+                  f"phase, {after / 3600:.2f} in all ({source})", markup=False, soft_wrap=True)
 
 
 def _confirm_all(spec: StudySpec, storage: str | None, groups: list[str], top: int,

@@ -248,6 +248,11 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2,
     visits, total = 0, max(1, rounds) * len(cands)
     sweep.report.progress(0, total)
     bench = sweep.bench_spec.model_copy(update={"runs": per_visit})
+    # every visit is a fresh start: a server the sweep left running is not one, and a
+    # rotated round can put one configuration back to back (two of them: L B | B L), where
+    # reusing its server would make its two starts one
+    sweep.stop_server()
+    last: Candidate | None = None
     for rnd in range(max(1, rounds)):
         # rotate the order each round so no configuration always goes first
         order = cands[rnd % len(cands):] + cands[:rnd % len(cands)]
@@ -259,6 +264,9 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2,
             if cand.failed:  # its later visits are not made: it cannot win
                 sweep.report.progress(visits, total)
                 continue
+            if cand is last:
+                sweep.stop_server()
+            last = cand
             try:
                 m, number = _visit_retrying(
                     sweep, cand, f"confirm-{cand.result.config_id}-{rnd}", bench,
