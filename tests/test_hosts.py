@@ -265,6 +265,9 @@ def test_the_confirm_phase_stays_within_its_hosts_group(tmp_path: Path) -> None:
     assert other_group.returncode == 0, other_group.stdout + other_group.stderr
     assert "Confirming group a100's leaders" in other_group.stdout, other_group.stdout
     assert "the other's with --group h200" in other_group.stdout, other_group.stdout
+    # it ends with the command that exports this group's winner (export needs --group)
+    assert other_group.stdout.rstrip().splitlines()[-1] == \
+        f"Export it: sweeper export --study {path} --group a100 -o best.yaml", other_group.stdout
     new = [t for t in optuna.load_study(study_name="t", storage=data["storage"]).trials
            if t.number not in before]
     assert new and {t.user_attrs.get(A.GROUP) for t in new} == {"a100"}, new
@@ -284,6 +287,9 @@ def test_the_confirm_phase_stays_within_its_hosts_group(tmp_path: Path) -> None:
         assert f"Group {g} (local:" in both.stdout and both.stdout.count("◀ winner") == 2
     for h in hosts:  # two groups' lines interleave: each names its host
         assert f"[{h}] confirm 1/2: baseline" in both.stdout, both.stdout
+    assert "node-hours this confirm phase" in both.stdout, both.stdout
+    assert both.stdout.rstrip().splitlines()[-1] == \
+        f"Export one: sweeper export --study {path} --group NAME -o best.yaml", both.stdout
     none = run_cli("confirm", "--study", str(path), "--group", "l40s")
     assert none.returncode == 2 and re.search(r"--group l40s: study 't' has no measurement "
                                               r"on it; its groups: (h200, a100|a100, h200)",

@@ -286,8 +286,9 @@ def confirm(study: StudyOpt, storage: StorageOpt = None,
     spec = choose_port(spec, storage or spec.storage, port).spec
     groups = check_group(spec, storage, group) if group is not None else []  # no host yet
     reporter = ConsoleReporter(out)
+    export = export_command(study, storage, spec)
     if group == ALL:
-        _confirm_all(spec, storage, groups, top, runs, reporter)
+        _confirm_all(spec, storage, groups, top, runs, reporter, export)
         return
     sweep = open_host_of(spec, storage, reporter, group)
     try:
@@ -297,7 +298,6 @@ def confirm(study: StudyOpt, storage: StorageOpt = None,
             confirm_one(sweep, top, runs or spec.sweep.confirm_runs, reporter,
                      exact=runs is not None)
         spent.say()
-        export = export_command(study, storage, spec)
         if sweep.group and len(trial_groups(sweep.study.get_trials(deepcopy=False))) > 1:
             export = group_export(export, sweep.group)  # several: export needs the group
         out.print(f"Export it: {export}", markup=False, soft_wrap=True)
@@ -327,7 +327,8 @@ class _ConfirmSpent:
 
 
 def _confirm_all(spec: StudySpec, storage: str | None, groups: list[str], top: int,
-                 runs: int | None, reporter: ConsoleReporter) -> None:
+                 runs: int | None, reporter: ConsoleReporter, export: str) -> None:
+    from sweeper.results.headline import group_export
     from sweeper.run.ctrlc import sigterm_as_interrupt
 
     sweeps: list[tuple[str, HostSession]] = []
@@ -336,9 +337,13 @@ def _confirm_all(spec: StudySpec, storage: str | None, groups: list[str], top: i
             sweep = open_host_of(spec, storage, reporter, g)
             sweep.group = g
             sweeps.append((g, sweep))
+        spent = _ConfirmSpent(spec, sweeps[0][1])  # one study: every group's trials
         with sigterm_as_interrupt():
             confirm_every_group(sweeps, top, runs or spec.sweep.confirm_runs, reporter,
                                 exact=runs is not None)
+        spent.say()
+        out.print(f"Export one: {group_export(export, 'NAME')}", markup=False,
+                  soft_wrap=True)
     finally:
         for _, sweep in sweeps:
             sweep.stop_server()
