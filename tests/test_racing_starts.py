@@ -5,14 +5,20 @@ another start instead."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import optuna
 
+import sweeper.results.verdict as R
 from sweeper.results import attrs as A
+from sweeper.run.common import SweepOptions
 from sweeper.run.longer import more_runs, more_runs_from
+from sweeper.run.workers import HostPool
 from sweeper.search.model.racing import Arm, arm_tau2, race, worth_more_runs
 from sweeper.search.nodetime import Costs, runs_per_start
-from sweeper.study import BenchSpec
+from sweeper.study import BenchSpec, parse_study
+
+from .conftest import demo_study_data
 
 
 def _runs(mean: float, n: int, cv: float = 0.05, seed: int = 0) -> tuple[float, ...]:
@@ -99,3 +105,49 @@ def test_measure_longer_reads_the_starts_of_the_study() -> None:
     hist = read_history(study.get_trials())
     x = next(o for o in hist.observations if o.config_id == "x")
     assert [len(s) for s in x.starts] == [20]
+
+
+class _Replicating(optuna.samplers.RandomSampler):
+    """Proposes the configuration measured last, on purpose (as racing does when the
+    leader to race is the one just measured)."""
+
+    def __init__(self) -> None:
+        super().__init__(seed=0)
+        self.replicates: dict[int, list[int]] = {}
+
+    def sample_independent(self, study, trial, param_name, param_distribution):  # noqa: ANN001, ANN201
+        done = [t for t in study.get_trials(deepcopy=False)
+                if t.state == optuna.trial.TrialState.COMPLETE
+                and t.user_attrs.get(A.ROLE) != A.BASELINE and param_name in t.params]
+        if not done:
+            return super().sample_independent(study, trial, param_name, param_distribution)
+        self.replicates[trial.number] = [done[-1].number]
+        return done[-1].params[param_name]
+
+    def deliberate(self, number: int) -> dict[str, object] | None:
+        of = self.replicates.get(number)
+        return {"of": of, "reason": "racing (test)"} if of else None
+
+
+def test_a_racing_replicate_is_a_new_server_start(tmp_path: Path) -> None:
+    """A replicate is bought for another start: of the configuration still serving, it
+    restarts the server rather than adding runs to the start it is meant to check."""
+    spec = parse_study(demo_study_data(tmp_path, sweep={"seed": 3, "sampler": "random",
+                                                        "confirm_top": 0}),
+                       tmp_path / "t.yaml")
+    pool = HostPool(spec, SweepOptions(trials=3))
+    pool.open()
+    try:
+        pool.study.sampler = _Replicating()
+        pool.primary.session.study.sampler = pool.study.sampler
+        pool.run()
+    finally:
+        pool.done()
+    trials = sorted(pool.study.get_trials(deepcopy=False), key=lambda t: t.number)
+    first, again = trials[1], trials[2]
+    assert again.user_attrs.get(A.REPLICATE), again.user_attrs
+    assert again.user_attrs[A.CONFIG_ID] == first.user_attrs[A.CONFIG_ID]
+    assert again.user_attrs[A.STARTUP] > 0  # its own start, not the first's server
+    result = next(r for r in R.config_results(trials)
+                  if r.config_id == first.user_attrs[A.CONFIG_ID])
+    assert len(result.starts) == 2

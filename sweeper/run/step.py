@@ -90,6 +90,8 @@ def run_trial(s: HostSession, trial: optuna.trial.Trial, repeats_in_a_row: int,
         return ended(Outcome.SKIPPED)
     try:
         try:
+            if proposal.deliberate:  # bought as another start, not runs on the one up
+                s.measurer.stop(label=prefix)
             m = s.measurer.measure(config, f"trial-{trial.number:04d}", s.bench_spec,
                                    label=prefix,
                                    on_start=lambda h: s.recorder.server_started(slot, h),
