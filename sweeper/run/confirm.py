@@ -248,11 +248,6 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2,
     visits, total = 0, max(1, rounds) * len(cands)
     sweep.report.progress(0, total)
     bench = sweep.bench_spec.model_copy(update={"runs": per_visit})
-    # every visit is a fresh start: a server the sweep left running is not one, and a
-    # rotated round can put one configuration back to back (two of them: L B | B L), where
-    # reusing its server would make its two starts one
-    sweep.stop_server()
-    last: Candidate | None = None
     for rnd in range(max(1, rounds)):
         # rotate the order each round so no configuration always goes first
         order = cands[rnd % len(cands):] + cands[:rnd % len(cands)]
@@ -264,9 +259,6 @@ def run_confirm(sweep: HostSession, top: int, runs: int, rounds: int = 2,
             if cand.failed:  # its later visits are not made: it cannot win
                 sweep.report.progress(visits, total)
                 continue
-            if cand is last:
-                sweep.stop_server()
-            last = cand
             try:
                 m, number = _visit_retrying(
                     sweep, cand, f"confirm-{cand.result.config_id}-{rnd}", bench,
@@ -422,7 +414,10 @@ def _visit(sweep: HostSession, cand: Candidate, tag: str, bench: Any,
            ) -> tuple[Measurement, int]:
     """One confirm measurement, kept as a finished trial with its evidence (role confirm,
     or baseline): nothing measured is lost, and the dashboard shows it. The trial exists
-    before the server starts, so a sweeper killed here leaves a server someone can find."""
+    before the server starts, so a sweeper killed here leaves a server someone can find.
+    Always a fresh start: not a server the sweep left running, nor one a rotated round
+    put back to back (two configurations: L B | B L)."""
+    sweep.measurer.stop(label=label)
     rec = sweep.recorder
     role = A.BASELINE if cand.result.is_baseline else A.CONFIRM_ROLE
     where = {A.HOST: sweep.spec.hosts[0].label, **({A.GROUP: sweep.group} if sweep.group
